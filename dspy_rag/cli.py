@@ -1,0 +1,227 @@
+"""The `dspy-rag` command line."""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from dspy_rag.config import Config, load_config
+from dspy_rag.errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="A deep-thinking research assistant over your documents and the web.")
+out = Console()
+err = Console(stderr=True)
+
+MAX_QUESTION_CHARS = 2000
+
+ConfigOption = Annotated[Path | None, typer.Option("--config", help="YAML configuration (default: ./dspy-rag.yaml)")]
+IndexOption = Annotated[Path | None, typer.Option("--index", help="index folder (default: index.path)")]
+ModelOption = Annotated[str | None, typer.Option("--model", help="local/qwen2.5-coder-0.5b, or a LiteLLM model")]
+JsonOption = Annotated[bool, typer.Option("--json", help="print one machine-readable JSON object")]
+
+
+def _config(config: Path | None, **flags: Any) -> Config:
+    return load_config(config, overrides=flags)
+
+
+def clean_question(question: str) -> str:
+    """The question with control characters removed; refuses empty and oversized questions."""
+    text = "".join(ch if ch.isprintable() or ch in "\n\t" else " " for ch in question)
+    text = " ".join(text.split())
+    if not text:
+        raise UserError("the question is empty; ask something, e.g. dspy-rag ask \"What are the key risks?\"")
+    if len(text) > MAX_QUESTION_CHARS:
+        raise UserError(f"the question is {len(text):,} characters; keep it under {MAX_QUESTION_CHARS:,}")
+    return text
+
+
+@app.command("config")
+def show_config(config: ConfigOption = None, index: IndexOption = None, model: ModelOption = None) -> None:
+    """Print the effective configuration (file < DSPY_RAG_* environment < flags), secrets masked."""
+    effective = _config(config, **{"index.path": index, "lm.model": model})
+    out.print(yaml.safe_dump(effective.masked(), sort_keys=False).rstrip(), markup=False, highlight=False)
+
+
+@app.command("models")
+def list_models(
+    prepare: Annotated[str | None, typer.Option("--prepare", help="assemble and verify this local model now")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List the local models: installed packages, assembled and verified, and where."""
+    from dspy_rag.models import LOCAL_MODELS, ensure_local_model, is_ready, lookup, model_file
+
+    if prepare:
+        model = lookup(prepare)
+        err.print(f"assembling {model.model_string} ({model.size / 1e9:.2f} GB) and checking its sha256 …")
+        err.print(f"ready: {ensure_local_model(model)}")
+    rows = [
+        {"model": m.model_string, "size_bytes": m.size, "installed": m.installed(), "ready": is_ready(m),
+         "path": str(model_file(m)), "install": m.install_hint}
+        for m in LOCAL_MODELS.values()
+    ]
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    table = Table("model", "size", "packages", "ready", "path / how to install")
+    for row in rows:
+        where = row["path"] if row["installed"] else row["install"]
+        table.add_row(row["model"], f"{row['size_bytes'] / 1e9:.2f} GB", "installed" if row["installed"] else "missing",
+                      "yes" if row["ready"] else "no (assembled on first use)" if row["installed"] else "no", where)
+    out.print(table)
+    out.print("Any LiteLLM model string also works, e.g. --model openai/gpt-4o-mini (needs OPENAI_API_KEY).")
+
+
+@app.command("ingest")
+def ingest(
+    inputs: Annotated[list[str], typer.Argument(help="files, folders or http(s) URLs")],
+    config: ConfigOption = None,
+    index: IndexOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Read documents into the index: section-aware chunks into Chroma and BM25."""
+    from dspy_rag.index import Index
+
+    store = Index(_config(config, **{"index.path": index}))
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=as_json) as progress:
+        task = progress.add_task("starting", total=None)
+        report = store.ingest(inputs, lambda stage, done, total: progress.update(
+            task, description=stage, completed=done, total=total or None))
+    summary = {
+        "index": str(store.root), "added": report.added, "replaced": report.replaced, "unchanged": report.unchanged,
+        "skipped": report.skipped, "failed": report.failed, "chunks_written": report.chunks_written,
+        "chunks_total": len(store.catalog["chunks"]), "seconds": round(report.seconds, 2),
+        "sections": {s: meta["sections"] for s, meta in store.sources.items()
+                     if s in report.added + report.replaced},
+    }
+    if as_json:
+        print(json.dumps(summary, indent=1))
+    else:
+        for source in report.added + report.replaced:
+            sections = store.sources[source]["sections"]
+            verb = "added" if source in report.added else "replaced"
+            out.print(f"{verb} {source}: {store.sources[source]['chunks']} chunks in {len(sections)} sections")
+            out.print("  " + "; ".join(s[:48] for s in sections), highlight=False)
+        for source in report.unchanged:
+            out.print(f"unchanged {source}")
+        if report.skipped:
+            out.print(f"skipped {len(report.skipped)} files of unsupported types")
+        for item, reason in report.failed.items():
+            err.print(f"failed {item}: {reason}", markup=False)
+        out.print(f"index {store.root}: {summary['chunks_total']} chunks, {report.seconds:.1f} s")
+    if report.failed:
+        raise typer.Exit(1)
+
+
+def _usage(lm: Any, since: int) -> dict[str, int]:
+    calls = lm.history[since:]
+    usage = [entry.get("usage") or {} for entry in calls]
+    return {
+        "lm_calls": len(calls),
+        "prompt_tokens": sum(u.get("prompt_tokens") or 0 for u in usage),
+        "completion_tokens": sum(u.get("completion_tokens") or 0 for u in usage),
+    }
+
+
+@app.command("ask")
+def ask(
+    question: Annotated[str, typer.Argument(help="the question to research")],
+    pipeline: Annotated[Literal["baseline"], typer.Option(help="which program answers")] = "baseline",
+    config: ConfigOption = None,
+    index: IndexOption = None,
+    model: ModelOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Research a question over the index and print a cited answer."""
+    import dspy
+
+    from dspy_rag.citations import source_name
+    from dspy_rag.index import Index
+    from dspy_rag.models import build_lm
+    from dspy_rag.pipelines import BaselineRAG
+    from dspy_rag.retrieval import Retriever
+
+    started = time.perf_counter()
+    text = clean_question(question)
+    settings = _config(config, **{"index.path": index, "lm.model": model})
+    store = Index(settings).require()
+    say = (lambda _msg: None) if as_json else (lambda msg: err.print(f"[dim]›[/dim] {msg}", highlight=False))
+    say(f"loading {settings.lm.model}")
+    lm = build_lm(settings.lm)
+    dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
+    program = BaselineRAG(Retriever(store, settings.retrieval.top_k, settings.retrieval.rrf_k), settings.retrieval.top_n)
+    say(f"hybrid retrieval over {len(store.catalog['chunks'])} chunks, answering from the top {settings.retrieval.top_n}")
+    history_start = len(lm.history)
+    try:
+        result = program(question=text)
+    except dspy.utils.exceptions.AdapterParseError as exc:
+        raise UserError(f"{settings.lm.model} returned output that could not be parsed; retry or use a larger --model") from exc
+    seconds = time.perf_counter() - started
+    usage = _usage(lm, history_start)
+    if as_json:
+        print(json.dumps({
+            "question": text, "pipeline": pipeline, "model": settings.lm.model, "answer": result.answer,
+            "citations": [vars(c) for c in result.citations],
+            "retrieved": [{"id": p.id, "source": p.source, "section": p.section, "score": p.score}
+                          for p in result.passages],
+            **usage, "tokens": usage["prompt_tokens"] + usage["completion_tokens"], "seconds": round(seconds, 2),
+        }, indent=1))
+        return
+    out.print()
+    out.print(result.answer, highlight=False, markup=False)
+    if result.citations:
+        out.print("\n[bold]Sources[/bold]")
+        for citation in result.citations:
+            out.print(f"  [{citation.label}] {source_name(citation.source)} · {citation.chunk_id}",
+                      highlight=False, markup=False)
+    out.print(f"\n[dim]{pipeline} · {settings.lm.model} · {usage['lm_calls']} LM call(s) · "
+              f"{usage['prompt_tokens'] + usage['completion_tokens']} tokens · {seconds:.1f} s[/dim]")
+
+
+def _quiet_libraries() -> None:
+    # Third-party progress bars and warnings would bury our own one-line messages.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    for name in ("dspy", "LiteLLM", "chromadb", "sentence_transformers", "transformers", "httpx"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def main() -> None:
+    _quiet_libraries()
+    try:
+        app(standalone_mode=False)
+    except UserError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err.print("interrupted; the index and files are as they were before the interrupted step")
+        sys.exit(130)
+    except (typer.Exit, SystemExit) as exc:
+        code = exc.exit_code if isinstance(exc, typer.Exit) else exc.code
+        sys.exit(code)
+    except Exception as exc:  # the last line of defence: one line, never a traceback, unless asked for
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if os.environ.get("DSPY_RAG_DEBUG"):
+            raise
+        err.print(f"error: unexpected {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
+                  "(set DSPY_RAG_DEBUG=1 for the traceback)", markup=False, highlight=False)
+        sys.exit(1)

@@ -1,0 +1,155 @@
+"""Configuration: defaults < `dspy-rag.yaml` (or --config) < DSPY_RAG_* environment < CLI flags."""
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from dspy_rag.errors import UserError
+
+DEFAULT_CONFIG_FILE = Path("dspy-rag.yaml")
+ENV_PREFIX = "DSPY_RAG_"
+# Variables under our prefix that steer the tool itself rather than a configuration field.
+NON_CONFIG_ENV = frozenset({"DSPY_RAG_CONFIG", "DSPY_RAG_DEBUG", "DSPY_RAG_CACHE"})
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LMConfig(Section):
+    model: str = "local/qwen2.5-coder-0.5b"
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(512, ge=16, le=32768)
+    api_base: str | None = None
+    api_key: SecretStr | None = None
+    context_window: int = Field(4096, ge=512, description="local models only: llama.cpp n_ctx")
+    cache: bool = False
+
+
+class EmbeddingConfig(Section):
+    model: str = "local/all-minilm-l6-v2"
+    batch_size: int = Field(32, ge=1)
+
+
+class IndexConfig(Section):
+    path: Path = Path(".dspy-rag/index")
+    chroma_url: str | None = Field(None, description="Chroma server, e.g. http://127.0.0.1:8000; empty = embedded")
+    collection: str = Field("documents", min_length=3)
+
+
+class RetrievalConfig(Section):
+    top_k: int = Field(20, ge=1, le=200)
+    top_n: int = Field(4, ge=1, le=50)
+    rrf_k: int = Field(60, ge=1)
+
+
+class IngestConfig(Section):
+    chunk_chars: int = Field(1000, ge=200, le=8000)
+    chunk_overlap: int = Field(150, ge=0, le=2000)
+    user_agent: str = Field(
+        "dspy-rag research assistant admin@example.com",
+        description="sent when downloading; SEC EDGAR asks for 'Name email' of whoever runs the tool",
+    )
+
+
+class BudgetConfig(Section):
+    max_steps: int = Field(4, ge=1)
+    max_lm_calls: int = Field(24, ge=1)
+    wall_clock_seconds: float = Field(300.0, gt=0)
+
+
+class WebConfig(Section):
+    provider: Literal["off", "tavily", "snapshot"] = "off"
+    snapshot_path: Path | None = None
+    tavily_api_key: SecretStr | None = None
+
+
+class ArtifactConfig(Section):
+    path: Path = Path("artifacts")
+
+
+class Config(Section):
+    lm: LMConfig = LMConfig()
+    embedding: EmbeddingConfig = EmbeddingConfig()
+    index: IndexConfig = IndexConfig()
+    ingest: IngestConfig = IngestConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+    budgets: BudgetConfig = BudgetConfig()
+    web: WebConfig = WebConfig()
+    artifacts: ArtifactConfig = ArtifactConfig()
+
+    def masked(self) -> dict[str, Any]:
+        """The configuration as plain data, secrets shown as '***' (or null when unset)."""
+        return self.model_dump(mode="json")
+
+
+# Well-known variables that carry secrets without our prefix.
+ENV_ALIASES = {"TAVILY_API_KEY": "web.tavily_api_key"}
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    section, _, field = dotted.partition(".")
+    tree.setdefault(section, {})
+    if not isinstance(tree[section], dict):
+        raise UserError(f"configuration section '{section}' must be a mapping, not {type(tree[section]).__name__}")
+    tree[section][field] = value
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
+    """Map DSPY_RAG_<SECTION>_<FIELD> (e.g. DSPY_RAG_LM_MAX_TOKENS) to 'section.field'."""
+    found: dict[str, str] = {}
+    for name, value in environ.items():
+        if name in ENV_ALIASES:
+            found[ENV_ALIASES[name]] = value
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or name in NON_CONFIG_ENV:
+            continue
+        rest = name[len(ENV_PREFIX) :].lower()
+        section = next((s for s in Config.model_fields if rest.startswith(s + "_")), None)
+        if section is None:
+            raise UserError(f"environment variable {name} names no configuration section; unset it or see `dspy-rag config`")
+        found[f"{section}.{rest[len(section) + 1 :]}"] = value
+    return found
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"cannot read configuration file {path}: {exc.strerror}") from exc
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise UserError(f"configuration file {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"configuration file {path} must hold a mapping of sections (lm:, index:, ...)")
+    return data
+
+
+def load_config(
+    path: Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Build the effective configuration; `overrides` are CLI flags as {'section.field': value}."""
+    environ = os.environ if environ is None else environ
+    if path is None and environ.get(f"{ENV_PREFIX}CONFIG"):
+        path = Path(environ[f"{ENV_PREFIX}CONFIG"])
+    if path is not None and not path.is_file():
+        raise UserError(f"configuration file {path} does not exist; create it or drop --config")
+    if path is None and DEFAULT_CONFIG_FILE.is_file():
+        path = DEFAULT_CONFIG_FILE
+    tree = _read_yaml(path) if path else {}
+    layered = {**_env_overrides(environ), **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    for dotted, value in layered.items():
+        _set_dotted(tree, dotted, value)
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise UserError(f"invalid configuration at '{where}': {first['msg']} (see `dspy-rag config`)") from exc

@@ -1,0 +1,260 @@
+"""Readers: turn a file or URL into plain text plus the sections it is made of.
+
+Each reader returns a `Document` whose sections tile its text in order, so a chunk can always be traced
+back to a section and to exact character offsets.
+"""
+
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from dspy_rag.errors import UserError
+
+MAX_FILE_BYTES = 200 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Document:
+    source: str
+    kind: str
+    text: str
+    sections: tuple[Section, ...]
+
+
+def _tile(text: str, headings: list[tuple[int, str]], preamble: str) -> tuple[Section, ...]:
+    """Sections from heading offsets; text before the first heading becomes `preamble`."""
+    starts = sorted({offset: title for offset, title in headings}.items())
+    if not starts or starts[0][0] > 0:
+        starts.insert(0, (0, preamble))
+    bounds = [offset for offset, _ in starts[1:]] + [len(text)]
+    return tuple(Section(title, start, end) for (start, title), end in zip(starts, bounds) if end > start)
+
+
+# --- HTML (including SEC inline-XBRL filings) ---------------------------------------------------------
+
+_BLOCK_TAGS = frozenset(
+    "address article aside blockquote br dd div dl dt figcaption figure footer form h1 h2 h3 h4 h5 h6 header hr "
+    "li main nav ol p pre section table tbody thead tfoot tr ul title".split()
+)
+_CELL_TAGS = frozenset({"td", "th"})
+_SKIP_TAGS = frozenset({"script", "style", "noscript", "template", "head", "ix:header"})
+_HIDDEN_STYLE = re.compile(r"display\s*:\s*none", re.I)
+_SEC_ITEM = re.compile(r"^item\s+(\d{1,2}[a-c]?)\s*[.:\-\u2013\u2014]\s*(\S.{0,150})$", re.I)
+
+
+def _html_lines(markup: bytes) -> list[str]:
+    """Visible text of an HTML page, one line per block element, table cells joined by ' | '."""
+    from lxml import etree, html
+
+    try:
+        root = html.fromstring(markup)
+    except (etree.ParserError, ValueError) as exc:
+        raise UserError(f"cannot parse HTML: {exc}") from exc
+    pieces: list[str] = []
+
+    def walk(node: etree._Element) -> None:
+        tag = node.tag.lower() if isinstance(node.tag, str) else ""
+        hidden = tag in _SKIP_TAGS or not tag or _HIDDEN_STYLE.search(node.get("style", ""))
+        if not hidden:
+            if tag in _BLOCK_TAGS:
+                pieces.append("\n")
+            elif tag in _CELL_TAGS:
+                pieces.append(" | ")
+            if node.text:
+                pieces.append(node.text)
+            for child in node:
+                walk(child)
+            if tag in _BLOCK_TAGS:
+                pieces.append("\n")
+        if node.tail:
+            pieces.append(node.tail)
+
+    walk(root)
+    lines = []
+    for raw in "".join(pieces).split("\n"):
+        line = _compact_cells(" ".join(raw.replace("\xa0", " ").split()))
+        if line:
+            lines.append(line)
+    return lines
+
+
+def _compact_cells(line: str) -> str:
+    """Financial tables split '$', '15,068' and '%' into cells; rejoin them and drop empty cells."""
+    line = re.sub(r"\|(?:\s*\|)+", "|", line)
+    line = re.sub(r"\$\s*\|\s*", "$", line)
+    line = re.sub(r"\s*\|\s*([%)])", r"\1", line)
+    return line.strip(" |")
+
+
+def _sec_headings(lines: list[str]) -> list[tuple[int, str]]:
+    """Indexes of `ITEM 1A. RISK FACTORS`-style heading lines, skipping the table of contents.
+
+    The table of contents repeats every heading with a page number; the body heading is the last
+    occurrence of each item that still keeps items in order.
+    """
+    found: list[tuple[int, str, str]] = []
+    for i, line in enumerate(lines):
+        match = _SEC_ITEM.match(line)
+        # A cross-reference reads like a sentence; a heading is upper case or has no closing punctuation.
+        if match and (line.isupper() or not match.group(2).rstrip().endswith((".", ",", ";"))):
+            found.append((i, match.group(1).upper(), match.group(2)))
+    last: dict[str, tuple[int, str]] = {}
+    for i, item, title in found:
+        last[item] = (i, title)
+    ordered = sorted(last.items(), key=lambda kv: kv[1][0])
+    headings = []
+    for item, (i, title) in ordered:
+        title = re.sub(r"\s*\|\s*\d+$", "", title).strip(" |")
+        headings.append((i, f"Item {item}. {_title_case(title)}"))
+    return headings
+
+
+def _title_case(title: str) -> str:
+    small = {"and", "or", "of", "the", "in", "on", "to", "for", "a", "an", "about", "with"}
+    words = title.replace("\u2019", "'").split()
+    if not title.isupper():
+        return " ".join(words)
+    return " ".join(
+        w if any(c.isdigit() for c in w) else w.lower() if w.lower() in small and n else w.capitalize()
+        for n, w in enumerate(words)
+    )
+
+
+def _html_headings(markup: bytes, lines: list[str]) -> list[tuple[int, str]]:
+    """Line indexes of h1–h4 headings for ordinary web pages."""
+    from lxml import html
+
+    titles = {" ".join(h.text_content().split()) for h in html.fromstring(markup).iter("h1", "h2", "h3", "h4")}
+    return [(i, line) for i, line in enumerate(lines) if line in titles]
+
+
+def read_html(markup: bytes, source: str) -> Document:
+    lines = _html_lines(markup)
+    if not lines:
+        raise UserError(f"{source} has no visible text to ingest")
+    headings = _sec_headings(lines)
+    if len(headings) < 3:
+        headings = _html_headings(markup, lines)
+    offsets, position = [], 0
+    for line in lines:
+        offsets.append(position)
+        position += len(line) + 1
+    text = "\n".join(lines)
+    return Document(source, "html", text, _tile(text, [(offsets[i], t) for i, t in headings], "Front matter"))
+
+
+# --- Markdown, plain text, PDF ------------------------------------------------------------------------
+
+_MD_HEADER = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
+
+
+def read_markdown(text: str, source: str) -> Document:
+    headings = [(m.start(), m.group(2)) for m in _MD_HEADER.finditer(text)]
+    return Document(source, "markdown", text, _tile(text, headings, Path(source).stem or "Document"))
+
+
+def read_text(text: str, source: str) -> Document:
+    return Document(source, "text", text, _tile(text, [], Path(source).stem or "Document"))
+
+
+def read_pdf(data: bytes, source: str) -> Document:
+    import io
+
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
+
+    try:
+        pages = [page.extract_text() or "" for page in PdfReader(io.BytesIO(data)).pages]
+    except (PdfReadError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{source} is not a readable PDF ({exc}); check the file or convert it to text") from exc
+    headings, position = [], 0
+    for number, page in enumerate(pages, start=1):
+        headings.append((position, f"Page {number}"))
+        position += len(page) + 1
+    return Document(source, "pdf", "\n".join(pages), _tile("\n".join(pages), headings, "Page 1"))
+
+
+# --- entry points ------------------------------------------------------------------------------------
+
+_SUFFIX_KIND = {".htm": "html", ".html": "html", ".xhtml": "html", ".md": "markdown", ".markdown": "markdown",
+                ".txt": "text", ".text": "text", ".pdf": "pdf"}
+SUPPORTED_SUFFIXES = frozenset(_SUFFIX_KIND)
+
+
+def _decode(data: bytes, source: str) -> str:
+    if b"\x00" in data[:8192]:
+        raise UserError(f"{source} looks binary, not text; ingest HTML, Markdown, text or PDF files")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("cp1252", errors="replace")
+
+
+def parse(data: bytes, source: str, kind: str) -> Document:
+    """Parse raw bytes of a known kind; raises UserError when the bytes are not that kind."""
+    if kind == "pdf":
+        if not data.startswith(b"%PDF"):
+            raise UserError(f"{source} has a .pdf name but is not a PDF")
+        document = read_pdf(data, source)
+    elif kind == "html":
+        _decode(data, source)
+        document = read_html(data, source)
+    elif kind == "markdown":
+        document = read_markdown(_decode(data, source), source)
+    else:
+        document = read_text(_decode(data, source), source)
+    if not document.text.strip():
+        raise UserError(f"{source} contains no text to ingest")
+    return document
+
+
+def kind_of(path: Path) -> str:
+    kind = _SUFFIX_KIND.get(path.suffix.lower())
+    if kind is None:
+        raise UserError(f"{path}: unsupported file type '{path.suffix}'; ingest .htm/.html, .md, .txt or .pdf files")
+    return kind
+
+
+def read_bytes(path: Path) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise UserError(f"{path} is {size // 2**20} MB, over the {MAX_FILE_BYTES // 2**20} MB limit; split it first")
+        return path.read_bytes()
+    except FileNotFoundError as exc:
+        raise UserError(f"{path} does not exist; check the path") from exc
+    except IsADirectoryError as exc:
+        raise UserError(f"{path} is a directory; pass a file or a folder of documents") from exc
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def download(url: str, user_agent: str, timeout: float = 30.0) -> tuple[bytes, str]:
+    """Fetch a URL (SEC EDGAR asks for a descriptive User-Agent); returns the bytes and their kind."""
+    request = urllib.request.Request(url, headers={"User-Agent": user_agent, "Accept-Encoding": "identity"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            data = response.read(MAX_FILE_BYTES + 1)
+            content_type = response.headers.get_content_type()
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise UserError(
+            f"cannot download {url} ({reason}); offline, download it elsewhere and ingest the local file, "
+            "e.g. ../shared/data/nvidia-10k-fy2023/nvda-20230129.htm"
+        ) from exc
+    if len(data) > MAX_FILE_BYTES:
+        raise UserError(f"{url} is larger than {MAX_FILE_BYTES // 2**20} MB; download and split it first")
+    suffix_kind = _SUFFIX_KIND.get(Path(urllib.parse.urlparse(url).path).suffix.lower())
+    kind = {"application/pdf": "pdf", "text/html": "html", "application/xhtml+xml": "html",
+            "text/markdown": "markdown"}.get(content_type, suffix_kind or "text")
+    return data, kind

@@ -1,0 +1,288 @@
+"""The document index: chunks in Chroma (vectors) and a catalog file (BM25 tokens, sources, chunk text).
+
+The catalog is the commit point. Ingest writes new chunks to Chroma first, then replaces the catalog
+atomically, then deletes the chunks it superseded. Readers only trust chunk ids the catalog lists, so an
+interrupted ingest leaves the previous index fully usable, and the next ingest sweeps its leftovers.
+"""
+
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+
+from dspy_rag.chunking import Chunk, chunk_document
+from dspy_rag.config import Config
+from dspy_rag.documents import SUPPORTED_SUFFIXES, download, kind_of, parse, read_bytes
+from dspy_rag.errors import UserError
+from dspy_rag.files import write_json_atomic
+from dspy_rag.tokenizer import tokenize
+
+CATALOG_FORMAT = 1
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class Hit:
+    chunk: Chunk
+    score: float
+
+
+@dataclass
+class IngestReport:
+    added: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    chunks_written: int = 0
+    seconds: float = 0.0
+
+
+def _is_url(value: str) -> bool:
+    return urlparse(value).scheme in ("http", "https")
+
+
+def expand_inputs(inputs: list[str]) -> tuple[list[str], list[str]]:
+    """Files and URLs to ingest, and files skipped in folders because their type is unsupported.
+
+    Folders are walked without following symlinks, so a symlink loop cannot trap the walk.
+    """
+    found, skipped = [], []
+    for item in inputs:
+        if _is_url(item):
+            found.append(item)
+            continue
+        path = Path(item)
+        if path.is_dir():
+            for root, dirs, files in os.walk(path, followlinks=False):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in sorted(files):
+                    file = Path(root) / name
+                    if name.startswith(".") or file.is_symlink() and not file.is_file():
+                        continue
+                    (found if file.suffix.lower() in SUPPORTED_SUFFIXES else skipped).append(str(file))
+        elif not path.exists():
+            raise UserError(f"{item} does not exist; check the path (or pass an http(s) URL)")
+        else:
+            kind_of(path)  # an explicitly named file of an unsupported type is an error, not a skip
+            found.append(str(path))
+    return found, skipped
+
+
+class Index:
+    """One corpus: an index folder holding the catalog, plus a Chroma collection (embedded or server)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.root = config.index.path
+        self.catalog_path = self.root / "catalog.json"
+        self.catalog = self._read_catalog()
+        self._collection: Any = None
+        self._bm25: Any = None
+        self._embedder: Any = None
+
+    # --- catalog ------------------------------------------------------------------------------------
+
+    def _read_catalog(self) -> dict[str, Any]:
+        if not self.catalog_path.exists():
+            return {"format": CATALOG_FORMAT, "embedding_model": self.config.embedding.model,
+                    "collection": None, "sources": {}, "chunks": {}}
+        try:
+            catalog = json.loads(self.catalog_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UserError(f"index catalog {self.catalog_path} is unreadable ({exc}); re-ingest into a new --index") from exc
+        if not isinstance(catalog, dict) or catalog.get("format") != CATALOG_FORMAT:
+            raise UserError(f"{self.catalog_path} is not a dspy-rag index of format {CATALOG_FORMAT}; use another --index")
+        if catalog["embedding_model"] != self.config.embedding.model:
+            raise UserError(
+                f"index {self.root} was built with embedding model '{catalog['embedding_model']}', "
+                f"not '{self.config.embedding.model}'; use that model or a new --index"
+            )
+        return catalog
+
+    @property
+    def exists(self) -> bool:
+        return self.catalog_path.exists()
+
+    def require(self) -> "Index":
+        if not self.exists or not self.catalog["chunks"]:
+            raise UserError(f"no documents indexed in {self.root}; run `dspy-rag ingest FILE` first (or pass --index)")
+        return self
+
+    def chunk(self, chunk_id: str) -> Chunk:
+        row = self.catalog["chunks"][chunk_id]
+        return Chunk(chunk_id, row["source"], row["section"], row["start"], row["end"], row["text"])
+
+    @property
+    def sources(self) -> dict[str, dict[str, Any]]:
+        return self.catalog["sources"]
+
+    # --- backends -----------------------------------------------------------------------------------
+
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
+            from dspy_rag.embeddings import SentenceEmbedding
+
+            self._embedder = SentenceEmbedding(self.config.embedding.model, self.config.embedding.batch_size)
+        return self._embedder
+
+    def _client(self) -> Any:
+        import chromadb
+        from chromadb.config import Settings
+
+        settings = Settings(anonymized_telemetry=False)
+        url = self.config.index.chroma_url
+        if not url:
+            return chromadb.PersistentClient(path=str(self.root / "chroma"), settings=settings)
+        parsed = urlparse(url)
+        try:
+            return chromadb.HttpClient(host=parsed.hostname or "127.0.0.1", port=parsed.port or 8000,
+                                       ssl=parsed.scheme == "https", settings=settings)
+        except Exception as exc:  # chromadb raises bare ValueError/ConnectionError variants here
+            raise UserError(f"cannot reach the Chroma server at {url} ({exc}); start it or unset index.chroma_url") from exc
+
+    def _collection_name(self) -> str:
+        if self.catalog["collection"] is None:
+            # On a shared server each index folder gets its own collection.
+            suffix = f"-{secrets.token_hex(4)}" if self.config.index.chroma_url else ""
+            self.catalog["collection"] = self.config.index.collection + suffix
+        return self.catalog["collection"]
+
+    @property
+    def collection(self) -> Any:
+        if self._collection is None:
+            self._collection = self._client().get_or_create_collection(
+                self._collection_name(), embedding_function=self.embedder, configuration={"hnsw": {"space": "cosine"}}
+            )
+        return self._collection
+
+    # --- search -------------------------------------------------------------------------------------
+
+    def vector_search(self, query: str, k: int) -> list[Hit]:
+        known = self.catalog["chunks"]
+        vector = self.embedder.embed_query([query])[0]
+        # Over-fetch: chunks of an interrupted ingest may sit in Chroma without being committed.
+        result = self.collection.query(query_embeddings=[vector], n_results=min(2 * k, max(len(known), 1)) + 8,
+                                       include=["distances"])
+        hits = [Hit(self.chunk(i), 1.0 - d) for i, d in zip(result["ids"][0], result["distances"][0]) if i in known]
+        return hits[:k]
+
+    def _keyword_index(self) -> tuple[Any, list[str]]:
+        if self._bm25 is None:
+            from rank_bm25 import BM25Okapi
+
+            ids = list(self.catalog["chunks"])
+            corpus = [self.catalog["chunks"][i]["tokens"].split() for i in ids]
+            self._bm25 = (BM25Okapi(corpus) if ids else None, ids)
+        return self._bm25
+
+    def keyword_search(self, query: str, k: int) -> list[Hit]:
+        bm25, ids = self._keyword_index()
+        tokens = tokenize(query)
+        if bm25 is None or not tokens:
+            return []
+        scores = bm25.get_scores(tokens)
+        top = np.argsort(-scores)[:k]
+        return [Hit(self.chunk(ids[i]), float(scores[i])) for i in top if scores[i] > 0]
+
+    # --- ingest -------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _writer_lock(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".ingest.lock", "w") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as exc:
+                raise UserError(f"another ingest is writing to {self.root}; wait for it to finish") from exc
+            yield
+
+    def _sweep_uncommitted(self) -> None:
+        stored = self.collection.get(include=[])["ids"]
+        stray = [i for i in stored if i not in self.catalog["chunks"]]
+        for start in range(0, len(stray), 5000):
+            self.collection.delete(ids=stray[start : start + 5000])
+
+    def _load(self, item: str) -> tuple[bytes, str]:
+        if _is_url(item):
+            return download(item, self.config.ingest.user_agent)
+        path = Path(item)
+        return read_bytes(path), kind_of(path)
+
+    def _write_chunks(self, chunks: list[Chunk], progress: ProgressFn) -> None:
+        batch = 256
+        for start in range(0, len(chunks), batch):
+            part = chunks[start : start + batch]
+            vectors = self.embedder.embed([c.indexed_text for c in part], threads=os.cpu_count() or 1)
+            self.collection.upsert(ids=[c.id for c in part], embeddings=vectors,
+                                   documents=[c.text for c in part], metadatas=[c.metadata for c in part])
+            progress("embedding", start + len(part), len(chunks))
+
+    def _commit(self, source: str, sha256: str, kind: str, chunks: list[Chunk]) -> list[str]:
+        """Replace `source` in the catalog (atomically); returns the chunk ids it superseded."""
+        old = [i for i, row in self.catalog["chunks"].items() if row["source"] == source]
+        new_ids = {c.id for c in chunks}
+        for chunk_id in old:
+            if chunk_id not in new_ids:
+                del self.catalog["chunks"][chunk_id]
+        for c in chunks:
+            row = asdict(c)
+            del row["id"]
+            row["tokens"] = " ".join(tokenize(c.indexed_text))
+            self.catalog["chunks"][c.id] = row
+        self.catalog["sources"][source] = {
+            "sha256": sha256, "kind": kind, "chunks": len(chunks),
+            "sections": list(dict.fromkeys(c.section for c in chunks)),
+            "ingested_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        write_json_atomic(self.catalog_path, self.catalog)
+        self._bm25 = None
+        return [i for i in old if i not in new_ids]
+
+    def ingest(self, inputs: list[str], progress: ProgressFn = lambda *_: None) -> IngestReport:
+        started = time.perf_counter()
+        report = IngestReport()
+        files, report.skipped = expand_inputs(inputs)
+        with self._writer_lock():
+            self._sweep_uncommitted()
+            for number, item in enumerate(files, start=1):
+                progress(f"reading {Path(item).name}", number - 1, len(files))
+                source = item if _is_url(item) else str(Path(item).resolve())
+                try:
+                    data, kind = self._load(item)
+                    sha256 = hashlib.sha256(data).hexdigest()
+                    if self.sources.get(source, {}).get("sha256") == sha256:
+                        report.unchanged.append(source)
+                        continue
+                    document = parse(data, source, kind)
+                except UserError as exc:
+                    if len(files) == 1:
+                        raise
+                    report.failed[item] = str(exc)
+                    continue
+                chunks = chunk_document(document, self.config.ingest.chunk_chars, self.config.ingest.chunk_overlap)
+                self._write_chunks(chunks, progress)
+                (report.replaced if source in self.sources else report.added).append(source)
+                superseded = self._commit(source, sha256, kind, chunks)
+                if superseded:
+                    self.collection.delete(ids=superseded)
+                report.chunks_written += len(chunks)
+            if not self.catalog_path.exists():
+                write_json_atomic(self.catalog_path, self.catalog)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def disk_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file())

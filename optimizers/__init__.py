@@ -1,0 +1,1 @@
+"""Compile, trajectory tracing, policy distillation, the artifact store and the ledger (see DESIGN.md)."""
