@@ -18,8 +18,9 @@ from dspy_rag.errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A deep-thinking research assistant over your documents and the web.")
-out = Console()
-err = Console(stderr=True)
+# soft_wrap: piped output keeps its long lines instead of being hard-wrapped at 80 columns.
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 MAX_QUESTION_CHARS = 2000
 
@@ -132,6 +133,23 @@ def _usage(lm: Any, since: int) -> dict[str, int]:
     }
 
 
+def _run(program: Any, question: str, settings: Config) -> Any:
+    """Run a program, turning the LM failures a user can act on into one-line errors."""
+    from dspy.utils.exceptions import AdapterParseError, ContextWindowExceededError, LMError
+
+    model = settings.lm.model
+    try:
+        return program(question=question)
+    except ContextWindowExceededError as exc:
+        raise UserError(f"the prompt does not fit {model}'s context window ({settings.lm.context_window} tokens); "
+                        "lower retrieval.top_n or ingest.chunk_chars, or raise lm.context_window") from exc
+    except AdapterParseError as exc:
+        raise UserError(f"{model} returned output that could not be parsed; retry, or use a larger --model") from exc
+    except LMError as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{first_line}; check the model name, its server (lm.api_base) and its API key") from exc
+
+
 @app.command("ask")
 def ask(
     question: Annotated[str, typer.Argument(help="the question to research")],
@@ -161,10 +179,7 @@ def ask(
     program = BaselineRAG(Retriever(store, settings.retrieval.top_k, settings.retrieval.rrf_k), settings.retrieval.top_n)
     say(f"hybrid retrieval over {len(store.catalog['chunks'])} chunks, answering from the top {settings.retrieval.top_n}")
     history_start = len(lm.history)
-    try:
-        result = program(question=text)
-    except dspy.utils.exceptions.AdapterParseError as exc:
-        raise UserError(f"{settings.lm.model} returned output that could not be parsed; retry or use a larger --model") from exc
+    result = _run(program, text, settings)
     seconds = time.perf_counter() - started
     usage = _usage(lm, history_start)
     if as_json:
@@ -201,27 +216,20 @@ def _quiet_libraries() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def fail(message: str, code: int) -> None:
+    """One line on stderr and a non-zero exit: what went wrong and what to do."""
+    print("error: " + " ".join(message.split()), file=sys.stderr)
+    sys.exit(code)
+
+
 def main() -> None:
     _quiet_libraries()
     try:
-        app(standalone_mode=False)
+        app()  # typer reports usage mistakes itself (exit 2) and turns Ctrl-C into "Aborted!" (exit 1)
     except UserError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        err.print("interrupted; the index and files are as they were before the interrupted step")
-        sys.exit(130)
-    except (typer.Exit, SystemExit) as exc:
-        code = exc.exit_code if isinstance(exc, typer.Exit) else exc.code
-        sys.exit(code)
+        fail(str(exc), 2)
     except Exception as exc:  # the last line of defence: one line, never a traceback, unless asked for
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
         if os.environ.get("DSPY_RAG_DEBUG"):
             raise
-        err.print(f"error: unexpected {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
-                  "(set DSPY_RAG_DEBUG=1 for the traceback)", markup=False, highlight=False)
-        sys.exit(1)
+        first_line = str(exc).splitlines()[0] if str(exc).strip() else ""
+        fail(f"unexpected {type(exc).__name__}: {first_line} (set DSPY_RAG_DEBUG=1 for the traceback)", 1)

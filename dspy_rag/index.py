@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from dspy_rag.bm25 import LuceneBM25
 from dspy_rag.chunking import Chunk, chunk_document
 from dspy_rag.config import Config
 from dspy_rag.documents import SUPPORTED_SUFFIXES, download, kind_of, parse, read_bytes
@@ -181,11 +182,9 @@ class Index:
 
     def _keyword_index(self) -> tuple[Any, list[str]]:
         if self._bm25 is None:
-            from rank_bm25 import BM25Okapi
-
             ids = list(self.catalog["chunks"])
             corpus = [self.catalog["chunks"][i]["tokens"].split() for i in ids]
-            self._bm25 = (BM25Okapi(corpus) if ids else None, ids)
+            self._bm25 = (LuceneBM25(corpus) if ids else None, ids)
         return self._bm25
 
     def keyword_search(self, query: str, k: int) -> list[Hit]:

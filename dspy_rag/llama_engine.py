@@ -50,7 +50,7 @@ class LlamaEngine:
 
         started = time.perf_counter()
         # n_threads_batch defaults to half the cores, which halves prompt speed on a 2-core machine.
-        self._llama = Llama(
+        self.llama = Llama(
             model_path=str(model_path),
             n_ctx=context_window,
             n_threads=threads,
@@ -88,7 +88,7 @@ class LlamaEngine:
             options["response_format"] = response_format
         with self._lock:
             try:
-                output = self._llama.create_chat_completion(messages=self._messages(request), **options)
+                output = self.llama.create_chat_completion(messages=self._messages(request), **options)
             except ValueError as exc:
                 if "context window" in str(exc):
                     raise ContextLengthError(str(exc), provider="local") from exc
@@ -107,4 +107,4 @@ class LlamaEngine:
         return response_to_events(self.complete(request))
 
     def close(self) -> None:
-        self._llama.close()
+        self.llama.close()

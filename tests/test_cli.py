@@ -1,0 +1,109 @@
+"""The command line as a user runs it: one-line errors, non-zero exits, and an index left intact."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLI = str(Path(sys.executable).parent / "dspy-rag")
+SENTINEL = "sk-SENTINEL-9f8e7d6c5b4a"
+
+
+def run(*args: str, cwd: Path, env: dict[str, str] | None = None, stdin: bytes | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("DSPY_RAG_", "OPENAI_"))}
+    environment.update(env or {})
+    return subprocess.run([CLI, *args], cwd=cwd, env=environment, capture_output=True, text=True, timeout=300)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode == 2, result.stderr
+    # Progress lines may precede it; the error is the last line, and the only one.
+    lines = result.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert errors == lines[-1:], result.stderr
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in errors[0]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with a small ingested index, shared by the read-only checks below."""
+    folder = tmp_path_factory.mktemp("cli")
+    (folder / "notes.md").write_text("# Sales\nWidgets are sold in Norway.\n\n# Risks\nCompetitors copy gadgets.\n")
+    result = run("ingest", "notes.md", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    return folder
+
+
+@pytest.fixture()
+def intact(workdir: Path):
+    """Asserts that the index files are byte-for-byte unchanged by the test."""
+    catalog = workdir / ".dspy-rag" / "index" / "catalog.json"
+    before = catalog.read_bytes()
+    yield
+    assert catalog.read_bytes() == before
+
+
+@pytest.mark.parametrize("args, needles", [
+    (("ingest", "missing.htm"), ("does not exist",)),
+    (("ingest", "binary.txt"), ("binary",)),
+    (("ingest", "sheet.xlsx"), ("unsupported file type",)),
+    (("ingest", "http://127.0.0.1:9/filing.htm"), ("cannot download", "ingest the local file")),
+    (("ask", ""), ("empty",)),
+    (("ask", " \t\n\x01 "), ("empty",)),
+    (("ask", "x" * 100_000), ("100,000 characters",)),
+    (("ask", "What is sold?", "--model", "local/nope"), ("unknown local model",)),
+    (("ask", "What is sold?", "--model", "openai/gpt-4o-mini"), ("OPENAI_API_KEY",)),
+    (("ask", "What is sold?", "--index", "elsewhere"), ("dspy-rag ingest",)),
+    (("ask", "What is sold?", "--config", "absent.yaml"), ("does not exist",)),
+])
+def test_bad_input_gets_a_one_line_error_and_leaves_the_index_intact(
+    workdir: Path, intact: None, args: tuple[str, ...], needles: tuple[str, ...]
+) -> None:
+    (workdir / "binary.txt").write_bytes(b"\x00\xff" * 100)
+    (workdir / "sheet.xlsx").write_bytes(b"PK\x03\x04")
+    assert_one_line_error(run(*args, cwd=workdir), *needles)
+
+
+def test_a_broken_config_file_is_a_one_line_error(workdir: Path, intact: None) -> None:
+    (workdir / "broken.yaml").write_text("lm: [unclosed\n")
+    assert_one_line_error(run("config", "--config", "broken.yaml", cwd=workdir), "not valid YAML")
+    (workdir / "typo.yaml").write_text("retrieval:\n  top_kk: 3\n")
+    assert_one_line_error(run("config", "--config", "typo.yaml", cwd=workdir), "retrieval.top_kk")
+
+
+def test_a_usage_mistake_exits_non_zero_without_a_traceback(workdir: Path) -> None:
+    result = run("ask", cwd=workdir)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "Missing argument" in result.stderr
+
+
+def test_config_shows_precedence_and_masks_secrets(workdir: Path) -> None:
+    (workdir / "dspy-rag.yaml").write_text("retrieval:\n  top_k: 7\n  top_n: 3\nlm:\n  max_tokens: 300\n")
+    try:
+        result = run("config", "--index", "flag-index", cwd=workdir,
+                     env={"TAVILY_API_KEY": SENTINEL, "DSPY_RAG_RETRIEVAL_TOP_N": "2"})
+    finally:
+        (workdir / "dspy-rag.yaml").unlink()
+    assert result.returncode == 0, result.stderr
+    assert SENTINEL not in result.stdout + result.stderr
+    assert "tavily_api_key: '**********'" in result.stdout
+    assert "top_k: 7" in result.stdout and "top_n: 2" in result.stdout and "max_tokens: 300" in result.stdout
+    assert "path: flag-index" in result.stdout
+
+
+def test_reingest_reports_unchanged(workdir: Path, intact: None) -> None:
+    result = run("ingest", "notes.md", "--json", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["unchanged"] == [str((workdir / "notes.md").resolve())] and report["chunks_written"] == 0
+
+
+def test_models_lists_both_local_models(workdir: Path) -> None:
+    rows = json.loads(run("models", "--json", cwd=workdir).stdout)
+    assert [r["model"] for r in rows] == ["local/qwen2.5-coder-0.5b", "local/qwen2.5-coder-1.5b"]
+    assert rows[0]["installed"]

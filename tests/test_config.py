@@ -1,0 +1,122 @@
+"""Configuration layering, error messages and secret masking (each test runs in its own empty cwd)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dspy_rag.config import load_config
+from dspy_rag.errors import UserError
+
+# Each layer's values for three fields; a later layer must win over every earlier one.
+LAYER_VALUES = {
+    "default": ("local/qwen2.5-coder-0.5b", 20, None),
+    "yaml": ("openai/from-yaml", 11, "tv-yaml"),
+    "env": ("openai/from-env", 12, "tv-env"),
+    "flag": ("openai/from-flag", 13, "tv-flag"),
+}
+YAML = "lm:\n  model: openai/from-yaml\nretrieval:\n  top_k: 11\nweb:\n  tavily_api_key: tv-yaml\n"
+ENV = {"DSPY_RAG_LM_MODEL": "openai/from-env", "DSPY_RAG_RETRIEVAL_TOP_K": "12", "TAVILY_API_KEY": "tv-env"}
+FLAGS = {"lm.model": "openai/from-flag", "retrieval.top_k": 13, "web.tavily_api_key": "tv-flag"}
+
+
+@pytest.mark.parametrize(
+    "layers",
+    [(), ("yaml",), ("env",), ("flag",), ("yaml", "env"), ("yaml", "flag"), ("env", "flag"), ("yaml", "env", "flag")],
+    ids=lambda layers: "+".join(layers) or "defaults",
+)
+def test_precedence(layers: tuple[str, ...]) -> None:
+    if "yaml" in layers:
+        Path("dspy-rag.yaml").write_text(YAML)  # read from the cwd without being named
+    config = load_config(overrides=FLAGS if "flag" in layers else None, environ=ENV if "env" in layers else {})
+    model, top_k, tavily = LAYER_VALUES[layers[-1] if layers else "default"]
+    assert config.lm.model == model
+    assert config.retrieval.top_k == top_k
+    secret = config.web.tavily_api_key
+    assert (secret.get_secret_value() if secret else None) == tavily
+
+
+def test_unset_overrides_do_not_mask_lower_layers() -> None:
+    config = load_config(overrides={"lm.model": None}, environ={"DSPY_RAG_LM_MODEL": "openai/from-env"})
+    assert config.lm.model == "openai/from-env"
+
+
+def test_explicit_config_path_replaces_default_file() -> None:
+    Path("dspy-rag.yaml").write_text("retrieval:\n  top_k: 11\n")
+    Path("other.yml").write_text("retrieval:\n  top_n: 7\n")
+    config = load_config(Path("other.yml"), environ={})
+    assert (config.retrieval.top_k, config.retrieval.top_n) == (20, 7)
+
+
+def test_config_path_from_environment() -> None:
+    Path("env.yml").write_text("retrieval:\n  top_n: 9\n")
+    assert load_config(environ={"DSPY_RAG_CONFIG": "env.yml"}).retrieval.top_n == 9
+
+
+def test_empty_yaml_gives_defaults() -> None:
+    Path("dspy-rag.yaml").write_text("# nothing configured yet\n")
+    assert load_config(environ={}) == load_config(Path("dspy-rag.yaml"), environ={})
+    assert load_config(environ={}).retrieval.top_k == 20
+
+
+def user_error(yaml_text: str | None = None, environ: dict[str, str] | None = None,
+               path: Path | None = None) -> str:
+    if yaml_text is not None:
+        Path("dspy-rag.yaml").write_text(yaml_text)
+    with pytest.raises(UserError) as caught:
+        load_config(path, environ=environ or {})
+    message = str(caught.value)
+    assert message and "\n" not in message
+    return message
+
+
+def test_missing_config_path() -> None:
+    assert "missing.yaml" in user_error(path=Path("missing.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "environ", "mentions"),
+    [
+        ("lm: [unclosed\n  model: x\n", None, "not valid YAML"),
+        ("- lm\n- index\n", None, "mapping"),
+        ("just a string\n", None, "mapping"),
+        ("lm:\n  modle: openai/gpt-4o-mini\n", None, "lm.modle"),
+        ("nosuch:\n  x: 1\n", None, "nosuch"),
+        ("retrieval:\n  top_k: many\n", None, "retrieval.top_k"),
+        ("retrieval:\n  top_k: 0\n", None, "retrieval.top_k"),
+        ("web:\n  provider: google\n", None, "web.provider"),
+        (None, {"DSPY_RAG_NOSUCH_THING": "1"}, "DSPY_RAG_NOSUCH_THING"),
+        (None, {"DSPY_RAG_RETRIEVAL_TOP_K": "many"}, "retrieval.top_k"),
+        (None, {"DSPY_RAG_LM_MODLE": "x"}, "lm.modle"),
+    ],
+    ids=["bad-yaml", "list", "scalar", "unknown-key", "unknown-section", "wrong-type", "out-of-range",
+         "bad-choice", "env-no-section", "env-wrong-type", "env-unknown-key"],
+)
+def test_bad_configuration_is_one_line_user_error(
+    yaml_text: str | None, environ: dict[str, str] | None, mentions: str
+) -> None:
+    assert mentions in user_error(yaml_text, environ)
+
+
+SENTINEL_LM = "sk-sentinel-lm-0123456789"
+SENTINEL_WEB = "tvly-sentinel-web-9876543210"
+
+
+def test_secrets_are_masked_but_usable() -> None:
+    Path("dspy-rag.yaml").write_text(f"lm:\n  api_key: {SENTINEL_LM}\n")
+    config = load_config(environ={"TAVILY_API_KEY": SENTINEL_WEB})
+    masked = config.masked()
+    dumped = json.dumps(masked)
+    for sentinel in (SENTINEL_LM, SENTINEL_WEB):
+        assert sentinel not in dumped
+        assert sentinel not in repr(config)
+    for shown in (masked["lm"]["api_key"], masked["web"]["tavily_api_key"]):
+        assert shown and set(shown) == {"*"}
+    assert masked["lm"]["model"] == "local/qwen2.5-coder-0.5b", "non-secret values are shown as they are"
+    assert config.lm.api_key is not None and config.lm.api_key.get_secret_value() == SENTINEL_LM
+    assert config.web.tavily_api_key is not None and config.web.tavily_api_key.get_secret_value() == SENTINEL_WEB
+
+
+def test_unset_secrets_are_null_when_masked() -> None:
+    masked = load_config(environ={}).masked()
+    assert masked["lm"]["api_key"] is None and masked["web"]["tavily_api_key"] is None
