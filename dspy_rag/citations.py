@@ -35,7 +35,9 @@ def number_passages(passages: Sequence[Passage]) -> list[str]:
 
 
 def _squash(text: str) -> str:
-    return " ".join(re.sub(r"[^\w$%.]+", " ", text.lower()).split())
+    """Lowercase words, numbers, '$' and '%'; a period survives only inside a number such as 15.01."""
+    text = re.sub(r"(?<!\d)\.|\.(?!\d)", " ", text.lower())
+    return " ".join(re.sub(r"[^\w$%.]+", " ", text).split())
 
 
 def quoted_in(evidence: str, passages: Sequence[Passage]) -> list[int]:

@@ -11,7 +11,6 @@ import typer
 import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from dspy_rag.config import Config, load_config
 from dspy_rag.errors import UserError
@@ -72,12 +71,14 @@ def list_models(
     if as_json:
         print(json.dumps(rows, indent=1))
         return
-    table = Table("model", "size", "packages", "ready", "path / how to install")
     for row in rows:
-        where = row["path"] if row["installed"] else row["install"]
-        table.add_row(row["model"], f"{row['size_bytes'] / 1e9:.2f} GB", "installed" if row["installed"] else "missing",
-                      "yes" if row["ready"] else "no (assembled on first use)" if row["installed"] else "no", where)
-    out.print(table)
+        if row["ready"]:
+            state = f"ready      {row['path']}"
+        elif row["installed"]:
+            state = "installed  (joined and checked on first use, or now with --prepare)"
+        else:
+            state = f"missing    install with: {row['install']}"
+        out.print(f"{row['model']:<28} {row['size_bytes'] / 1e9:.2f} GB  {state}", markup=False, highlight=False)
     out.print("Any LiteLLM model string also works, e.g. --model openai/gpt-4o-mini (needs OPENAI_API_KEY).")
 
 
@@ -110,8 +111,10 @@ def ingest(
         for source in report.added + report.replaced:
             sections = store.sources[source]["sections"]
             verb = "added" if source in report.added else "replaced"
-            out.print(f"{verb} {source}: {store.sources[source]['chunks']} chunks in {len(sections)} sections")
-            out.print("  " + "; ".join(s[:48] for s in sections), highlight=False)
+            out.print(f"{verb} {source}: {store.sources[source]['chunks']} chunks in {len(sections)} sections",
+                      markup=False, highlight=False)
+            for section in sections:
+                out.print(f"  {section}", markup=False, highlight=False)
         for source in report.unchanged:
             out.print(f"unchanged {source}")
         if report.skipped:
@@ -208,6 +211,8 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+    # DSPy otherwise fetches LiteLLM's model price list on first use: a network call, 5 s lost offline.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import logging
     import warnings
 

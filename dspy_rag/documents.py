@@ -108,15 +108,26 @@ def _sec_headings(lines: list[str]) -> list[tuple[int, str]]:
         # A cross-reference reads like a sentence; a heading is upper case or has no closing punctuation.
         if match and (line.isupper() or not match.group(2).rstrip().endswith((".", ",", ";"))):
             found.append((i, match.group(1).upper(), match.group(2)))
-    last: dict[str, tuple[int, str]] = {}
+    # Walk items from the last to the first: each takes its last occurrence before the next item's heading,
+    # so a table of contents before the body and cross-reference rows after it both lose.
+    by_item: dict[str, list[tuple[int, str]]] = {}
     for i, item, title in found:
-        last[item] = (i, title)
-    ordered = sorted(last.items(), key=lambda kv: kv[1][0])
-    headings = []
-    for item, (i, title) in ordered:
-        title = re.sub(r"\s*\|\s*\d+$", "", title).strip(" |")
-        headings.append((i, f"Item {item}. {_title_case(title)}"))
-    return headings
+        by_item.setdefault(item, []).append((i, title))
+    headings: list[tuple[int, str]] = []
+    limit = len(lines)
+    for item in sorted(by_item, key=_item_order, reverse=True):
+        earlier = [(i, title) for i, title in by_item[item] if i < limit]
+        if earlier:
+            limit, title = earlier[-1]
+            title = re.sub(r"\s*\|\s*\d+$", "", title).strip(" |")
+            headings.append((limit, f"Item {item}. {_title_case(title)}"))
+    return headings[::-1]
+
+
+def _item_order(item: str) -> tuple[int, str]:
+    """'1A' -> (1, 'A'): the order in which items appear in a filing."""
+    digits = item.rstrip("ABC")
+    return int(digits), item[len(digits) :]
 
 
 def _title_case(title: str) -> str:
@@ -125,9 +136,14 @@ def _title_case(title: str) -> str:
     if not title.isupper():
         return " ".join(words)
     return " ".join(
-        w if any(c.isdigit() for c in w) else w.lower() if w.lower() in small and n else w.capitalize()
+        w if any(c.isdigit() for c in w) else w.lower() if w.lower() in small and n else _capitalize(w)
         for n, w in enumerate(words)
     )
+
+
+def _capitalize(word: str) -> str:
+    """'[RESERVED]' -> '[Reserved]': upper-case the first letter, not the first character."""
+    return re.sub(r"[a-z]", lambda m: m.group().upper(), word.lower(), count=1)
 
 
 def _html_headings(markup: bytes, lines: list[str]) -> list[tuple[int, str]]:

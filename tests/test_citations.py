@@ -100,8 +100,6 @@ def test_quoted_in_finds_every_passage_holding_the_quote() -> None:
     assert quoted_in("supply constraints and export controls", twice) == [2, 4]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: _squash keeps '.', so a quote ending a clause with a period "
-                                      "misses a passage where the sentence goes on after a comma")
 def test_quoted_in_ignores_trailing_period() -> None:
     assert quoted_in("Data Center revenue for fiscal year 2023 was $15.01 billion.", PASSAGES) == [1]
 

@@ -147,8 +147,6 @@ def test_sec_headings_skip_a_table_of_contents_with_titles() -> None:
     assert_small_items(document)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: _sec_headings keeps the last match of each item and only sorts them, "
-                                      "so a later cross-reference row moves that item's start out of order")
 def test_sec_headings_ignore_a_cross_reference_after_the_body() -> None:
     index = "<p>Cross-reference index</p><table><tr><td>Item 7.</td><td>Management's Discussion and Analysis</td>" \
             "<td>11</td></tr></table>"
