@@ -28,6 +28,7 @@ class LMConfig(Section):
     api_key: SecretStr | None = None
     context_window: int = Field(4096, ge=512, description="local models only: llama.cpp n_ctx")
     cache: bool = False
+    prompt_cache: bool = Field(True, description="local models: keep each signature's prompt state on disk")
 
 
 class EmbeddingConfig(Section):

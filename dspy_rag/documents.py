@@ -37,7 +37,7 @@ def _tile(text: str, headings: list[tuple[int, str]], preamble: str) -> tuple[Se
     if not starts or starts[0][0] > 0:
         starts.insert(0, (0, preamble))
     bounds = [offset for offset, _ in starts[1:]] + [len(text)]
-    return tuple(Section(title, start, end) for (start, title), end in zip(starts, bounds) if end > start)
+    return tuple(Section(title, start, end) for (start, title), end in zip(starts, bounds, strict=True) if end > start)
 
 
 # --- HTML (including SEC inline-XBRL filings) ---------------------------------------------------------

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -177,7 +177,7 @@ class Index:
         # Over-fetch: chunks of an interrupted ingest may sit in Chroma without being committed.
         result = self.collection.query(query_embeddings=[vector], n_results=min(2 * k, max(len(known), 1)) + 8,
                                        include=["distances"])
-        hits = [Hit(self.chunk(i), 1.0 - d) for i, d in zip(result["ids"][0], result["distances"][0]) if i in known]
+        hits = [Hit(self.chunk(i), 1.0 - d) for i, d in zip(result["ids"][0], result["distances"][0], strict=True) if i in known]
         return hits[:k]
 
     def _keyword_index(self) -> tuple[Any, list[str]]:
@@ -244,7 +244,7 @@ class Index:
         self.catalog["sources"][source] = {
             "sha256": sha256, "kind": kind, "chunks": len(chunks),
             "sections": list(dict.fromkeys(c.section for c in chunks)),
-            "ingested_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "ingested_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         write_json_atomic(self.catalog_path, self.catalog)
         self._bm25 = None

@@ -12,6 +12,8 @@ from typing import Any
 
 from dspy.lm15 import ContextLengthError, Message, Request, Response, TextPart, Usage, response_to_events
 
+from dspy_rag.prompt_cache import PromptCache
+
 # DSPy drops maxItems from list fields; without a cap a small model repeats list items until max_tokens.
 MAX_ARRAY_ITEMS = 5
 
@@ -45,7 +47,8 @@ class LlamaEngine:
     supports_response_schema = True
     supported_params = frozenset({"temperature", "max_tokens", "top_p", "stop", "seed", "response_format"})
 
-    def __init__(self, model_path: Path, context_window: int = 4096, threads: int = 2) -> None:
+    def __init__(self, model_path: Path, context_window: int = 4096, threads: int = 2,
+                 prompt_cache: PromptCache | None = None) -> None:
         from llama_cpp import Llama
 
         started = time.perf_counter()
@@ -60,6 +63,7 @@ class LlamaEngine:
         )
         self.load_seconds = time.perf_counter() - started
         self.context_window = context_window
+        self.prompt_cache = prompt_cache
         self._lock = threading.Lock()  # a Llama object is not thread-safe
 
     @staticmethod
@@ -86,13 +90,19 @@ class LlamaEngine:
         response_format = _llama_response_format(config.response_format)
         if response_format:
             options["response_format"] = response_format
+        messages = self._messages(request)
+        system = messages[0]["content"] if messages[0]["role"] == "system" else ""
         with self._lock:
+            if self.prompt_cache:
+                self.prompt_cache.restore(self.llama, system)
             try:
-                output = self.llama.create_chat_completion(messages=self._messages(request), **options)
+                output = self.llama.create_chat_completion(messages=messages, **options)
             except ValueError as exc:
                 if "context window" in str(exc):
                     raise ContextLengthError(str(exc), provider="local") from exc
                 raise
+            if self.prompt_cache:
+                self.prompt_cache.save(self.llama, system)
         choice = output["choices"][0]
         usage = output.get("usage", {})
         return Response(

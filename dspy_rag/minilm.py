@@ -9,16 +9,15 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch
+from safetensors.torch import load_file
+from tokenizers import Tokenizer
 
 
 class MiniLMEncoder:
     """Mean-pooled, L2-normalised BERT sentence embeddings from a sentence-transformers model folder."""
 
     def __init__(self, folder: Path) -> None:
-        import torch
-        from safetensors.torch import load_file
-        from tokenizers import Tokenizer
-
         config = json.loads((folder / "config.json").read_text())
         max_length = json.loads((folder / "sentence_bert_config.json").read_text())["max_seq_length"]
         self.heads = config["num_attention_heads"]
@@ -28,26 +27,25 @@ class MiniLMEncoder:
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_length)
         self.tokenizer.enable_padding(pad_id=config["pad_token_id"])
-        self.torch = torch
 
-    def _layer_norm(self, x: "torch.Tensor", name: str) -> "torch.Tensor":
+    def _layer_norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         w = self.weights
-        return self.torch.nn.functional.layer_norm(x, x.shape[-1:], w[f"{name}.weight"], w[f"{name}.bias"], self.eps)
+        return torch.nn.functional.layer_norm(x, x.shape[-1:], w[f"{name}.weight"], w[f"{name}.bias"], self.eps)
 
-    def _linear(self, x: "torch.Tensor", name: str) -> "torch.Tensor":
-        return self.torch.nn.functional.linear(x, self.weights[f"{name}.weight"], self.weights[f"{name}.bias"])
+    def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        return torch.nn.functional.linear(x, self.weights[f"{name}.weight"], self.weights[f"{name}.bias"])
 
-    def _forward(self, ids: "torch.Tensor", types: "torch.Tensor", mask: "torch.Tensor") -> "torch.Tensor":
-        F, w = self.torch.nn.functional, self.weights
-        positions = self.torch.arange(ids.shape[1])
+    def _forward(self, ids: torch.Tensor, types: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        F, w = torch.nn.functional, self.weights
+        positions = torch.arange(ids.shape[1])
         x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][positions]
              + w["embeddings.token_type_embeddings.weight"][types])
         x = self._layer_norm(x, "embeddings.LayerNorm")
         batch, length, hidden = x.shape
         head_dim = hidden // self.heads
-        bias = (1.0 - mask[:, None, None, :].to(x.dtype)) * self.torch.finfo(x.dtype).min
+        bias = (1.0 - mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
 
-        def split(t: "torch.Tensor") -> "torch.Tensor":
+        def split(t: torch.Tensor) -> torch.Tensor:
             return t.view(batch, length, self.heads, head_dim).transpose(1, 2)
 
         for i in range(self.layers):
@@ -66,12 +64,12 @@ class MiniLMEncoder:
         rows = []
         # Sorting by length keeps padding (wasted compute) small inside each batch.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        with self.torch.inference_mode():
+        with torch.inference_mode():
             for start in range(0, len(order), batch_size):
                 encodings = self.tokenizer.encode_batch([texts[i] for i in order[start : start + batch_size]])
-                ids = self.torch.tensor([e.ids for e in encodings])
-                types = self.torch.tensor([e.type_ids for e in encodings])
-                mask = self.torch.tensor([e.attention_mask for e in encodings])
+                ids = torch.tensor([e.ids for e in encodings])
+                types = torch.tensor([e.type_ids for e in encodings])
+                mask = torch.tensor([e.attention_mask for e in encodings])
                 rows.append(self._forward(ids, types, mask).numpy())
         vectors = np.concatenate(rows) if rows else np.zeros((0, 384), dtype=np.float32)
         result = np.empty_like(vectors)

@@ -144,9 +144,13 @@ def build_lm(config: LMConfig) -> dspy.LM:
     """A `dspy.LM` for the configured model: in-process llama.cpp for local/..., LiteLLM otherwise."""
     if config.model.startswith(LOCAL_PREFIX):
         from dspy_rag.llama_engine import LlamaEngine
+        from dspy_rag.prompt_cache import PromptCache
 
-        path = ensure_local_model(lookup(config.model))
-        engine = LlamaEngine(path, context_window=config.context_window, threads=max(os.cpu_count() or 1, 1))
+        model = lookup(config.model)
+        path = ensure_local_model(model)
+        cache = PromptCache(cache_dir().parent / "prompt-cache", model.sha256) if config.prompt_cache else None
+        engine = LlamaEngine(path, context_window=config.context_window, threads=os.cpu_count() or 1,
+                             prompt_cache=cache)
         return dspy.LM(config.model, engine=engine, temperature=config.temperature,
                        max_tokens=config.max_tokens, cache=config.cache, num_retries=0)
     _check_remote(config)

@@ -1,6 +1,6 @@
 """Foundation benchmark: set-up time, 10-K ingest, local model speed, baseline `ask` latency and memory.
 
-    .venv/bin/python -m dspy_rag.evals.bench_foundation [--runs 5] [--setup] [--out evals/results/foundation.json]
+    .venv/bin/python -m dspy_rag.evals.bench_foundation [--runs 3] [--setup] [--out evals/results/foundation.json]
 
 Each command runs as a fresh process, as a user would run it; figures are medians over runs because
 these machines are noisy. `--setup` also times scripts/setup in a fresh clone (minutes; it builds a venv).
@@ -19,30 +19,31 @@ from pathlib import Path
 from typing import Any
 
 from dspy_rag.files import write_json_atomic
+from dspy_rag.trainsets.locations import tenk_filing
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = str(Path(sys.executable).parent / "dspy-rag")
-QUESTION = "What was NVIDIA's Data Center revenue in fiscal year 2023?"
+# Distinct questions, so no run is served by the prompt cache of an identical earlier prompt.
+QUESTIONS = {
+    "What was NVIDIA's Data Center revenue in fiscal year 2023?": "15.01",
+    "What was NVIDIA's Gaming revenue in fiscal year 2023?": "9.07",
+    "How many employees did NVIDIA have at the end of fiscal year 2023?": "26,196",
+    "In which city is NVIDIA's headquarters?": "Santa Clara",
+    "What was NVIDIA's total revenue in fiscal year 2023?": "26.97",
+}
 
 
-def shared_data() -> Path:
-    for candidate in (os.environ.get("SHARED_DATA"), REPO.parent / "shared" / "data", "/work/shared/data"):
-        if candidate and Path(candidate, "nvidia-10k-fy2023").is_dir():
-            return Path(candidate)
-    sys.exit("../shared/data not found; set SHARED_DATA")
-
-
-def timed(command: list[str], cwd: Path) -> dict[str, Any]:
+def timed(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Wall seconds, peak RSS (MB) and output of one child process."""
     with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
         started = time.perf_counter()
-        child = subprocess.Popen(command, cwd=cwd, stdout=stdout, stderr=stderr, text=True)
+        child = subprocess.Popen(command, cwd=cwd, stdout=stdout, stderr=stderr, text=True,
+                                 env={**os.environ, **(env or {})})
         _, status, usage = os.wait4(child.pid, 0)
         seconds = time.perf_counter() - started
-        child.returncode = os.waitstatus_to_exitcode(status)
         stdout.seek(0)
         stderr.seek(0)
-        if child.returncode != 0:
+        if os.waitstatus_to_exitcode(status) != 0:
             raise RuntimeError(f"{' '.join(command)} failed: {stderr.read()[-500:]}")
         return {"seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024, "stdout": stdout.read()}
 
@@ -67,21 +68,22 @@ def bench_ingest(tenk: Path, runs: int, work: Path) -> dict[str, Any]:
     }
 
 
-def bench_ask(folder: Path, runs: int, model: str) -> dict[str, Any]:
-    results = [timed([CLI, "ask", "--pipeline", "baseline", "--model", model, "--json", QUESTION], folder)
-               for _ in range(runs)]
+def bench_ask(folder: Path, model: str, prompt_cache: bool) -> dict[str, Any]:
+    env = {"DSPY_RAG_LM_PROMPT_CACHE": str(prompt_cache).lower()}
+    results = [timed([CLI, "ask", "--pipeline", "baseline", "--model", model, "--json", question], folder, env)
+               for question in QUESTIONS]
     answers = [json.loads(r["stdout"]) for r in results]
     return {
         "model": model,
-        "runs": runs,
+        "prompt_cache": prompt_cache,
+        "questions": len(QUESTIONS),
         "wall_seconds_median": statistics.median(r["seconds"] for r in results),
         "wall_seconds_all": [round(r["seconds"], 2) for r in results],
         "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
-        "prompt_tokens": answers[-1]["prompt_tokens"],
-        "completion_tokens": answers[-1]["completion_tokens"],
-        "correct_runs": sum("15.01" in a["answer"] for a in answers),
-        "cites_item_7_runs": sum(any(c["section"].startswith("Item 7.") for c in a["citations"]) for a in answers),
-        "answer": answers[-1]["answer"],
+        "prompt_tokens_median": statistics.median(a["prompt_tokens"] for a in answers),
+        "completion_tokens_median": statistics.median(a["completion_tokens"] for a in answers),
+        "correct": sum(expected in a["answer"] for a, expected in zip(answers, QUESTIONS.values(), strict=True)),
+        "answers": [a["answer"] for a in answers],
     }
 
 
@@ -120,14 +122,14 @@ def bench_setup(work: Path) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=3, help="ingest and tokens/s repetitions")
     parser.add_argument("--setup", action="store_true", help="also time scripts/setup in a fresh clone")
     parser.add_argument("--out", type=Path, default=REPO / "evals" / "results" / "foundation.json")
     args = parser.parse_args()
     from dspy_rag.documents import read_html
     from dspy_rag.models import LOCAL_MODELS
 
-    tenk = shared_data() / "nvidia-10k-fy2023" / "nvda-20230129.htm"
+    tenk = tenk_filing()
     results: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "python": platform.python_version(),
@@ -137,16 +139,17 @@ def main() -> None:
         if args.setup:
             results["setup"] = bench_setup(work)
             print(f"setup: {results['setup']['seconds']:.0f} s", file=sys.stderr)
-        ingest = bench_ingest(tenk, min(args.runs, 3), work)
+        ingest = bench_ingest(tenk, args.runs, work)
         folder = ingest.pop("index_folder")
         results["ingest_10k"] = ingest
         print(f"ingest: {ingest['seconds_median']:.1f} s median, {ingest['chunks']} chunks", file=sys.stderr)
-        results["ask_baseline"] = [bench_ask(folder, args.runs, m.model_string)
-                                   for m in LOCAL_MODELS.values() if m.installed()]
+        results["ask_baseline"] = [bench_ask(folder, m.model_string, cached)
+                                   for m in LOCAL_MODELS.values() if m.installed() for cached in (True, False)]
         for row in results["ask_baseline"]:
-            print(f"ask {row['model']}: {row['wall_seconds_median']:.1f} s median", file=sys.stderr)
+            print(f"ask {row['model']} prompt cache {row['prompt_cache']}: {row['wall_seconds_median']:.1f} s median, "
+                  f"{row['correct']}/{row['questions']} correct", file=sys.stderr)
     text = read_html(tenk.read_bytes(), str(tenk)).text
-    results["tokens_per_second"] = [bench_tokens_per_second(m.model_string, text[160_000:], 3)
+    results["tokens_per_second"] = [bench_tokens_per_second(m.model_string, text[160_000:], args.runs)
                                     for m in LOCAL_MODELS.values() if m.installed()]
     write_json_atomic(args.out, results)
     print(json.dumps(results, indent=1))

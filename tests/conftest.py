@@ -1,26 +1,28 @@
 """Shared fixtures: the real data in ../shared/data, scratch configurations and a real 10-K index."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from dspy_rag.config import Config, load_config
 from dspy_rag.index import Index
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def shared_data() -> Path:
-    """../shared/data beside the checkout (or $SHARED_DATA): real files, never copied into the repo."""
-    for candidate in (os.environ.get("SHARED_DATA"), REPO.parent / "shared" / "data", "/work/shared/data"):
-        if candidate and Path(candidate, "nvidia-10k-fy2023").is_dir():
-            return Path(candidate)
-    raise RuntimeError("../shared/data not found; set SHARED_DATA to the folder holding nvidia-10k-fy2023/")
-
+from dspy_rag.trainsets.locations import shared_data, tenk_filing
 
 DATA = shared_data()
-TENK = DATA / "nvidia-10k-fy2023" / "nvda-20230129.htm"
+TENK = tenk_filing()
+CLI = str(Path(sys.executable).parent / "dspy-rag")
+
+
+def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 900
+            ) -> subprocess.CompletedProcess[str]:
+    """The installed `dspy-rag` as a user runs it, without the developer's DSPY_RAG_* or provider keys."""
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("DSPY_RAG_", "OPENAI_")) or k == "DSPY_RAG_CACHE"}
+    return subprocess.run([CLI, *args], cwd=cwd, env={**clean, **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 @pytest.fixture(autouse=True)

@@ -91,7 +91,7 @@ def test_overlap_between_consecutive_chunks(tenk: Document, overlap: int) -> Non
     (risk,) = [s for s in tenk.sections if s.title.startswith("Item 1A. ")]
     chunks = [c for c in chunk_document(tenk, size=1000, overlap=overlap) if c.section == risk.title]
     assert len(chunks) > 50
-    for before, after in zip(chunks, chunks[1:]):
+    for before, after in zip(chunks, chunks[1:], strict=False):
         assert after.start > before.start
         shared = before.end - after.start
         if overlap:

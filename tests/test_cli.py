@@ -1,22 +1,14 @@
 """The command line as a user runs it: one-line errors, non-zero exits, and an index left intact."""
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-CLI = str(Path(sys.executable).parent / "dspy-rag")
+from conftest import run_cli as run
+
 SENTINEL = "sk-SENTINEL-9f8e7d6c5b4a"
-
-
-def run(*args: str, cwd: Path, env: dict[str, str] | None = None, stdin: bytes | None = None
-        ) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("DSPY_RAG_", "OPENAI_"))}
-    environment.update(env or {})
-    return subprocess.run([CLI, *args], cwd=cwd, env=environment, capture_output=True, text=True, timeout=300)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:

@@ -23,7 +23,7 @@ def assert_tiles(document: Document) -> None:
     assert sections, "a document always has at least one section"
     assert sections[0].start == 0
     assert sections[-1].end == len(document.text)
-    for before, after in zip(sections, sections[1:]):
+    for before, after in zip(sections, sections[1:], strict=False):
         assert before.end == after.start
     assert all(section.end > section.start for section in sections)
 
@@ -136,7 +136,7 @@ def small_filing(after_body: str = "") -> bytes:
 
 def assert_small_items(document: Document) -> None:
     assert [s.title for s in document.sections] == ["Front matter"] + [f"Item {n}. {t}" for n, t, _ in SMALL_ITEMS]
-    for section, (_, _, text) in zip(document.sections[1:], SMALL_ITEMS):
+    for section, (_, _, text) in zip(document.sections[1:], SMALL_ITEMS, strict=True):
         assert document.text[section.start : section.end].split("\n")[1] == text
     assert_tiles(document)
 

@@ -1,22 +1,14 @@
 """End to end on the real parts: the 10-K through `dspy-rag ingest`, then `ask` on the local 0.5B model."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import TENK
+from conftest import run_cli as run
 
-CLI = str(Path(sys.executable).parent / "dspy-rag")
 pytestmark = pytest.mark.slow
-
-
-def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSPY_RAG_") or k == "DSPY_RAG_CACHE"}
-    return subprocess.run([CLI, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
 def test_ingest_the_10k_then_ask_the_baseline(tmp_path: Path) -> None:

@@ -1,7 +1,6 @@
 """The LiteLLM path against a real OpenAI-compatible server: llama.cpp's own, serving the local model."""
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -12,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_cli
 from dspy_rag.models import ensure_local_model, lookup
 
-CLI = str(Path(sys.executable).parent / "dspy-rag")
 pytestmark = pytest.mark.slow
 
 
@@ -49,14 +48,12 @@ def server() -> Iterator[str]:
 
 
 def test_ask_through_an_openai_compatible_api_base(server: str, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSPY_RAG_", "OPENAI_"))}
-    env["DSPY_RAG_LM_API_BASE"] = server
+    env = {"DSPY_RAG_LM_API_BASE": server}
     (tmp_path / "facts.md").write_text("# Offices\nThe Oslo office of Fjordware employs 42 engineers.\n\n"
                                        "# Products\nFjordware sells the SnowPlow 3000 de-icing robot.\n")
-    ingest = subprocess.run([CLI, "ingest", "facts.md"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    ingest = run_cli("ingest", "facts.md", cwd=tmp_path, env=env)
     assert ingest.returncode == 0, ingest.stderr
-    ask = subprocess.run([CLI, "ask", "--model", "openai/qwen", "--json", "How many engineers work in Oslo?"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    ask = run_cli("ask", "--model", "openai/qwen", "--json", "How many engineers work in Oslo?", cwd=tmp_path, env=env)
     assert ask.returncode == 0, ask.stderr
     result = json.loads(ask.stdout)
     assert result["model"] == "openai/qwen" and result["lm_calls"] == 1 and result["prompt_tokens"] > 100
@@ -67,12 +64,10 @@ def test_ask_through_an_openai_compatible_api_base(server: str, tmp_path: Path) 
 
 
 def test_a_server_that_is_down_is_a_one_line_error(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSPY_RAG_", "OPENAI_"))}
-    env["DSPY_RAG_LM_API_BASE"] = f"http://127.0.0.1:{free_port()}/v1"
+    env = {"DSPY_RAG_LM_API_BASE": f"http://127.0.0.1:{free_port()}/v1"}
     (tmp_path / "facts.md").write_text("# Offices\nThe Oslo office employs 42 engineers.\n")
-    assert subprocess.run([CLI, "ingest", "facts.md"], cwd=tmp_path, env=env, capture_output=True).returncode == 0
-    ask = subprocess.run([CLI, "ask", "--model", "openai/qwen", "How many engineers?"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert run_cli("ingest", "facts.md", cwd=tmp_path, env=env).returncode == 0
+    ask = run_cli("ask", "--model", "openai/qwen", "How many engineers?", cwd=tmp_path, env=env)
     assert ask.returncode == 2, ask.stderr
     lines = ask.stderr.strip().splitlines()
     assert lines[-1].startswith("error: ") and "lm.api_base" in lines[-1] and "Traceback" not in ask.stderr
