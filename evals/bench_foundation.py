@@ -24,12 +24,13 @@ from dspy_rag.trainsets.locations import tenk_filing
 REPO = Path(__file__).resolve().parents[1]
 CLI = str(Path(sys.executable).parent / "dspy-rag")
 # Distinct questions, so no run is served by the prompt cache of an identical earlier prompt.
+# Each maps to the strings that count as a correct answer (the tables give revenue in millions).
 QUESTIONS = {
-    "What was NVIDIA's Data Center revenue in fiscal year 2023?": "15.01",
-    "What was NVIDIA's Gaming revenue in fiscal year 2023?": "9.07",
-    "How many employees did NVIDIA have at the end of fiscal year 2023?": "26,196",
-    "In which city is NVIDIA's headquarters?": "Santa Clara",
-    "What was NVIDIA's total revenue in fiscal year 2023?": "26.97",
+    "What was NVIDIA's Data Center revenue in fiscal year 2023?": ("15.01", "15,005"),
+    "What was NVIDIA's Gaming revenue in fiscal year 2023?": ("9.07", "9,067"),
+    "How many employees did NVIDIA have at the end of fiscal year 2023?": ("26,196",),
+    "In which city is NVIDIA's headquarters?": ("Santa Clara",),
+    "What was NVIDIA's total revenue in fiscal year 2023?": ("26.97", "26,974"),
 }
 
 
@@ -82,7 +83,8 @@ def bench_ask(folder: Path, model: str, prompt_cache: bool) -> dict[str, Any]:
         "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
         "prompt_tokens_median": statistics.median(a["prompt_tokens"] for a in answers),
         "completion_tokens_median": statistics.median(a["completion_tokens"] for a in answers),
-        "correct": sum(expected in a["answer"] for a, expected in zip(answers, QUESTIONS.values(), strict=True)),
+        "correct": sum(any(e in a["answer"] for e in expected)
+                       for a, expected in zip(answers, QUESTIONS.values(), strict=True)),
         "answers": [a["answer"] for a in answers],
     }
 
