@@ -171,11 +171,17 @@ class Index:
 
     # --- search -------------------------------------------------------------------------------------
 
-    def vector_search(self, query: str, k: int) -> list[Hit]:
+    @property
+    def section_titles(self) -> list[str]:
+        return list(dict.fromkeys(title for meta in self.sources.values() for title in meta["sections"]))
+
+    def vector_search(self, query: str, k: int, sections: list[str] | None = None) -> list[Hit]:
+        """Nearest chunks by cosine similarity, optionally only within the named sections."""
         known = self.catalog["chunks"]
         vector = self.embedder.embed_query([query])[0]
         # Over-fetch: chunks of an interrupted ingest may sit in Chroma without being committed.
         result = self.collection.query(query_embeddings=[vector], n_results=min(2 * k, max(len(known), 1)) + 8,
+                                       where={"section": {"$in": sections}} if sections else None,
                                        include=["distances"])
         hits = [Hit(self.chunk(i), 1.0 - d) for i, d in zip(result["ids"][0], result["distances"][0], strict=True) if i in known]
         return hits[:k]
@@ -187,12 +193,16 @@ class Index:
             self._bm25 = (LuceneBM25(corpus) if ids else None, ids)
         return self._bm25
 
-    def keyword_search(self, query: str, k: int) -> list[Hit]:
+    def keyword_search(self, query: str, k: int, sections: list[str] | None = None) -> list[Hit]:
+        """Best BM25 matches, optionally only within the named sections."""
         bm25, ids = self._keyword_index()
         tokens = tokenize(query)
         if bm25 is None or not tokens:
             return []
         scores = bm25.get_scores(tokens)
+        if sections:
+            allowed = set(sections)
+            scores = np.where([self.catalog["chunks"][i]["section"] in allowed for i in ids], scores, 0.0)
         top = np.argsort(-scores)[:k]
         return [Hit(self.chunk(ids[i]), float(scores[i])) for i in top if scores[i] > 0]
 

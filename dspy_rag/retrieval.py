@@ -1,10 +1,12 @@
 """Recall over the index: vector (Chroma), keyword (BM25) and hybrid (Reciprocal Rank Fusion)."""
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from dspy_rag.index import Hit, Index
+from dspy_rag.sections import match_sections
 
 Strategy = Literal["vector", "keyword", "hybrid"]
 
@@ -34,19 +36,43 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], k: int = 60) -> li
     return sorted(scores.items(), key=lambda pair: (-pair[1], pair[0]))
 
 
+def content_key(text: str) -> str:
+    """Identical text under different ids (a file ingested twice, a page syndicated) counts once."""
+    return hashlib.sha256(" ".join(text.lower().split()).encode()).hexdigest()
+
+
 class Retriever:
+    """Recall for one step: one or several queries, one strategy, an optional section filter."""
+
     def __init__(self, index: Index, top_k: int = 20, rrf_k: int = 60) -> None:
         self.index = index
         self.top_k = top_k
         self.rrf_k = rrf_k
 
-    def search(self, query: str, strategy: Strategy = "hybrid") -> list[Passage]:
-        if strategy == "vector":
-            return [Passage.from_hit(h) for h in self.index.vector_search(query, self.top_k)]
-        if strategy == "keyword":
-            return [Passage.from_hit(h) for h in self.index.keyword_search(query, self.top_k)]
-        vector = self.index.vector_search(query, self.top_k)
-        keyword = self.index.keyword_search(query, self.top_k)
-        by_id = {h.chunk.id: h for h in vector + keyword}
-        fused = reciprocal_rank_fusion([[h.chunk.id for h in vector], [h.chunk.id for h in keyword]], self.rrf_k)
-        return [Passage.from_hit(by_id[i], score) for i, score in fused[: self.top_k]]
+    def _rankings(self, query: str, strategy: Strategy, sections: list[str]) -> list[list[Hit]]:
+        rankings = []
+        if strategy in ("vector", "hybrid"):
+            rankings.append(self.index.vector_search(query, self.top_k, sections))
+        if strategy in ("keyword", "hybrid"):
+            rankings.append(self.index.keyword_search(query, self.top_k, sections))
+        return rankings
+
+    def search(self, query: str | Sequence[str], strategy: Strategy = "hybrid", section: str | None = None
+               ) -> list[Passage]:
+        """The top_k passages; several rankings (hybrid, several queries) are fused by RRF.
+
+        A section the index does not know is ignored rather than returning nothing.
+        """
+        queries = [query] if isinstance(query, str) else list(query)
+        sections = match_sections(section, self.index.section_titles) if section else []
+        rankings = [r for q in queries for r in self._rankings(q, strategy, sections)]
+        if len(rankings) == 1:
+            passages = [Passage.from_hit(h) for h in rankings[0]]
+        else:
+            by_id = {h.chunk.id: h for ranking in rankings for h in ranking}
+            fused = reciprocal_rank_fusion([[h.chunk.id for h in r] for r in rankings], self.rrf_k)
+            passages = [Passage.from_hit(by_id[i], score) for i, score in fused]
+        unique: dict[str, Passage] = {}
+        for passage in passages:
+            unique.setdefault(content_key(passage.text), passage)
+        return list(unique.values())[: self.top_k]

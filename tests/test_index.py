@@ -165,3 +165,33 @@ def test_the_catalog_stores_offsets_into_the_parsed_text(tmp_path: Path) -> None
     assert all(source[row["start"] : row["end"]] == row["text"] for row in rows)
     assert {row["section"] for row in rows} == {"Sales", "Risks"}
     assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path / "index"))
+
+
+@pytest.mark.parametrize("strategy", ["vector", "keyword", "hybrid"])
+def test_a_section_filter_keeps_results_inside_the_section(tenk_index: Index, strategy: str) -> None:
+    passages = Retriever(tenk_index, top_k=8).search("competition from AMD and Intel", strategy, section="risk factors")
+    assert passages and {p.section for p in passages} == {"Item 1A. Risk Factors"}
+
+
+def test_an_unknown_section_searches_everything(tenk_index: Index) -> None:
+    retriever = Retriever(tenk_index, top_k=5)
+    assert retriever.search(QUESTION, "hybrid", section="Item 99") == retriever.search(QUESTION, "hybrid")
+
+
+def test_several_queries_are_fused_and_deduplicated(tenk_index: Index) -> None:
+    retriever = Retriever(tenk_index, top_k=10)
+    queries = ["Data Center revenue fiscal 2023", "Gaming revenue fiscal 2023"]
+    fused = retriever.search(queries, "keyword")
+    texts = [p.text for p in fused]
+    assert any("$15.01 billion" in t for t in texts) and any("$9.07 billion" in t for t in texts)
+    assert len({p.id for p in fused}) == len(fused) == len(set(texts))
+    assert [p.score for p in fused] == sorted((p.score for p in fused), reverse=True)
+
+
+def test_the_same_text_under_two_sources_is_returned_once(tmp_path: Path) -> None:
+    first, second = write_notes(tmp_path / "a"), write_notes(tmp_path / "b")
+    index = Index(scratch_config(tmp_path))
+    index.ingest([str(first), str(second)])
+    assert len(index.catalog["chunks"]) == 4  # two files, two sections each
+    passages = Retriever(index, top_k=10).search("widgets sold in Norway", "hybrid")
+    assert len(passages) == 2 and len({p.text for p in passages}) == 2
