@@ -160,9 +160,10 @@ def ask(
     config: ConfigOption = None,
     index: IndexOption = None,
     model: ModelOption = None,
+    web: Annotated[str | None, typer.Option("--web", help="tavily, off, or PATH of a snapshot (.jsonl or folder)")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Research a question over the index and print a cited answer."""
+    """Research a question over the index (and the web, when on) and print a cited answer."""
     import dspy
 
     from dspy_rag.citations import source_name
@@ -170,27 +171,35 @@ def ask(
     from dspy_rag.models import build_lm
     from dspy_rag.pipelines import BaselineRAG
     from dspy_rag.retrieval import Retriever
+    from dspy_rag.web import web_search
 
     started = time.perf_counter()
     text = clean_question(question)
     settings = _config(config, **{"index.path": index, "lm.model": model})
     store = Index(settings).require()
     say = (lambda _msg: None) if as_json else (lambda msg: err.print(f"[dim]›[/dim] {msg}", highlight=False))
+    searcher = web_search(settings, web)
     say(f"loading {settings.lm.model}")
     lm = build_lm(settings.lm)
     dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
-    program = BaselineRAG(Retriever(store, settings.retrieval.top_k, settings.retrieval.rrf_k), settings.retrieval.top_n)
-    say(f"hybrid retrieval over {len(store.catalog['chunks'])} chunks, answering from the top {settings.retrieval.top_n}")
+    retriever = Retriever(store, settings.retrieval.top_k, settings.retrieval.rrf_k)
+    program = BaselineRAG(retriever, settings.retrieval.top_n, searcher)
+    also = f" and web search ({searcher.name})" if searcher else ""
+    say(f"hybrid retrieval over {len(store.catalog['chunks'])} chunks{also}, answering from the top "
+        f"{settings.retrieval.top_n}")
     history_start = len(lm.history)
     result = _run(program, text, settings)
     seconds = time.perf_counter() - started
     usage = _usage(lm, history_start)
+    if result.web_error:
+        say(f"web search failed: {result.web_error}; answered from the documents")
     if as_json:
         print(json.dumps({
             "question": text, "pipeline": pipeline, "model": settings.lm.model, "answer": result.answer,
             "citations": [vars(c) for c in result.citations],
             "retrieved": [{"id": p.id, "source": p.source, "section": p.section, "score": p.score}
                           for p in result.passages],
+            "web": {"provider": searcher.name if searcher else "off", "error": result.web_error},
             **usage, "tokens": usage["prompt_tokens"] + usage["completion_tokens"], "seconds": round(seconds, 2),
         }, indent=1))
         return

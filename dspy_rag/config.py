@@ -67,6 +67,7 @@ class WebConfig(Section):
     provider: Literal["off", "tavily", "snapshot"] = "off"
     snapshot_path: Path | None = None
     tavily_api_key: SecretStr | None = None
+    tavily_base_url: str | None = Field(None, description="a Tavily-compatible gateway; default api.tavily.com")
 
 
 class ArtifactConfig(Section):

@@ -7,6 +7,11 @@ from pathlib import Path
 from typing import Any
 
 
+def cache_root() -> Path:
+    """Where derived data lives (assembled models, prompt states, snapshot indexes): $DSPY_RAG_CACHE or ~/.cache."""
+    return Path(os.environ.get("DSPY_RAG_CACHE", Path.home() / ".cache" / "dspy-rag"))
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -24,7 +24,7 @@ import numpy as np
 from dspy_rag.bm25 import LuceneBM25
 from dspy_rag.chunking import Chunk, chunk_document
 from dspy_rag.config import Config
-from dspy_rag.documents import SUPPORTED_SUFFIXES, download, kind_of, parse, read_bytes
+from dspy_rag.documents import SUPPORTED_SUFFIXES, Document, download, kind_of, parse, read_bytes
 from dspy_rag.errors import UserError
 from dspy_rag.files import write_json_atomic
 from dspy_rag.tokenizer import tokenize
@@ -239,8 +239,8 @@ class Index:
                                    documents=[c.text for c in part], metadatas=[c.metadata for c in part])
             progress("embedding", start + len(part), len(chunks))
 
-    def _commit(self, source: str, sha256: str, kind: str, chunks: list[Chunk]) -> list[str]:
-        """Replace `source` in the catalog (atomically); returns the chunk ids it superseded."""
+    def _replace(self, source: str, sha256: str, kind: str, chunks: list[Chunk]) -> list[str]:
+        """Replace `source` in the in-memory catalog; returns the chunk ids it superseded."""
         old = [i for i, row in self.catalog["chunks"].items() if row["source"] == source]
         new_ids = {c.id for c in chunks}
         for chunk_id in old:
@@ -256,16 +256,43 @@ class Index:
             "sections": list(dict.fromkeys(c.section for c in chunks)),
             "ingested_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
-        write_json_atomic(self.catalog_path, self.catalog)
         self._bm25 = None
         return [i for i in old if i not in new_ids]
 
-    def ingest(self, inputs: list[str], progress: ProgressFn = lambda *_: None) -> IngestReport:
+    def _commit(self, superseded: list[str]) -> None:
+        """The commit point: the catalog is replaced atomically, then superseded vectors are deleted."""
+        write_json_atomic(self.catalog_path, self.catalog)
+        if superseded:
+            self.collection.delete(ids=superseded)
+
+    @contextmanager
+    def _writing(self) -> Iterator[IngestReport]:
+        """One writer at a time; leftovers of an interrupted ingest are swept before anything new is written."""
         started = time.perf_counter()
         report = IngestReport()
-        files, report.skipped = expand_inputs(inputs)
         with self._writer_lock():
             self._sweep_uncommitted()
+            yield report
+            if not self.catalog_path.exists():
+                write_json_atomic(self.catalog_path, self.catalog)
+        report.seconds = time.perf_counter() - started
+
+    def _store(self, document: Document, sha256: str, report: IngestReport, progress: ProgressFn) -> list[str]:
+        """Write a document's vectors and stage it in the catalog; returns the chunk ids it supersedes."""
+        if self.sources.get(document.source, {}).get("sha256") == sha256:
+            report.unchanged.append(document.source)
+            return []
+        chunks = chunk_document(document, self.config.ingest.chunk_chars, self.config.ingest.chunk_overlap)
+        self._write_chunks(chunks, progress)
+        (report.replaced if document.source in self.sources else report.added).append(document.source)
+        report.chunks_written += len(chunks)
+        return self._replace(document.source, sha256, document.kind, chunks)
+
+    def ingest(self, inputs: list[str], progress: ProgressFn = lambda *_: None) -> IngestReport:
+        """Ingest files, folders and URLs; in a folder, a bad file is reported and the rest go on."""
+        files, skipped = expand_inputs(inputs)
+        with self._writing() as report:
+            report.skipped = skipped
             for number, item in enumerate(files, start=1):
                 progress(f"reading {Path(item).name}", number - 1, len(files))
                 source = item if _is_url(item) else str(Path(item).resolve())
@@ -281,16 +308,18 @@ class Index:
                         raise
                     report.failed[item] = str(exc)
                     continue
-                chunks = chunk_document(document, self.config.ingest.chunk_chars, self.config.ingest.chunk_overlap)
-                self._write_chunks(chunks, progress)
-                (report.replaced if source in self.sources else report.added).append(source)
-                superseded = self._commit(source, sha256, kind, chunks)
-                if superseded:
-                    self.collection.delete(ids=superseded)
-                report.chunks_written += len(chunks)
-            if not self.catalog_path.exists():
-                write_json_atomic(self.catalog_path, self.catalog)
-        report.seconds = time.perf_counter() - started
+                self._commit(self._store(document, sha256, report, progress))  # one commit a file
+        return report
+
+    def ingest_documents(self, documents: list[Document], progress: ProgressFn = lambda *_: None) -> IngestReport:
+        """Ingest documents already in memory (web snapshots); a document is unchanged if its text is."""
+        with self._writing() as report:
+            superseded = []
+            for number, document in enumerate(documents, start=1):
+                progress("indexing documents", number - 1, len(documents))
+                sha256 = hashlib.sha256(document.text.encode()).hexdigest()
+                superseded += self._store(document, sha256, report, progress)
+            self._commit(superseded)  # small documents: one commit for the lot
         return report
 
     def disk_bytes(self) -> int:

@@ -14,19 +14,23 @@ from dspy.lm15 import ContextLengthError, Message, Request, Response, TextPart, 
 
 from dspy_rag.prompt_cache import PromptCache
 
-# DSPy drops maxItems from list fields; without a cap a small model repeats list items until max_tokens.
+# DSPy drops maxItems from list fields; without caps a small model can repeat list items, or a sentence,
+# until max_tokens cuts the JSON off and nothing parses.
 MAX_ARRAY_ITEMS = 5
+MAX_STRING_CHARS = 800
 
 
-def cap_arrays(schema: Any, limit: int = MAX_ARRAY_ITEMS) -> Any:
-    """A copy of a JSON schema in which every array holds at most `limit` items."""
+def bound_schema(schema: Any, items: int = MAX_ARRAY_ITEMS, chars: int = MAX_STRING_CHARS) -> Any:
+    """A copy of a JSON schema in which arrays hold at most `items` items and free strings `chars` characters."""
     if isinstance(schema, list):
-        return [cap_arrays(item, limit) for item in schema]
+        return [bound_schema(item, items, chars) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    capped = {key: cap_arrays(value, limit) for key, value in schema.items()}
+    capped = {key: bound_schema(value, items, chars) for key, value in schema.items()}
     if capped.get("type") == "array":
-        capped["maxItems"] = min(capped.get("maxItems", limit), limit)
+        capped["maxItems"] = min(capped.get("maxItems", items), items)
+    if capped.get("type") == "string" and "enum" not in capped:
+        capped["maxLength"] = min(capped.get("maxLength", chars), chars)
     return capped
 
 
@@ -35,7 +39,7 @@ def _llama_response_format(response_format: dict[str, Any] | None) -> dict[str, 
         return None
     if response_format.get("type") == "json_schema":
         schema = response_format.get("schema") or response_format.get("json_schema", {}).get("schema")
-        return {"type": "json_object", "schema": cap_arrays(schema)}
+        return {"type": "json_object", "schema": bound_schema(schema)}
     if response_format.get("type") == "json_object":
         return {"type": "json_object"}
     return None

@@ -15,7 +15,7 @@ import dspy
 
 from dspy_rag.config import LMConfig
 from dspy_rag.errors import UserError
-from dspy_rag.files import write_atomic
+from dspy_rag.files import cache_root, write_atomic
 
 LOCAL_PREFIX = "local/"
 
@@ -64,7 +64,7 @@ LOCAL_MODELS = {
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("DSPY_RAG_CACHE", Path.home() / ".cache" / "dspy-rag")) / "models"
+    return cache_root() / "models"
 
 
 def _stamp(path: Path) -> str:
@@ -148,7 +148,7 @@ def build_lm(config: LMConfig) -> dspy.LM:
 
         model = lookup(config.model)
         path = ensure_local_model(model)
-        cache = PromptCache(cache_dir().parent / "prompt-cache", model.sha256) if config.prompt_cache else None
+        cache = PromptCache(cache_root() / "prompt-cache", model.sha256) if config.prompt_cache else None
         engine = LlamaEngine(path, context_window=config.context_window, threads=os.cpu_count() or 1,
                              prompt_cache=cache)
         return dspy.LM(config.model, engine=engine, temperature=config.temperature,

@@ -2,7 +2,7 @@
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from dspy_rag.index import Hit, Index
@@ -22,9 +22,9 @@ class Passage:
     score: float
 
     @classmethod
-    def from_hit(cls, hit: Hit, score: float | None = None) -> "Passage":
+    def from_hit(cls, hit: Hit) -> "Passage":
         chunk = hit.chunk
-        return cls(chunk.id, chunk.text, chunk.source, chunk.section, hit.score if score is None else score)
+        return cls(chunk.id, chunk.text, chunk.source, chunk.section, hit.score)
 
 
 def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], k: int = 60) -> list[tuple[str, float]]:
@@ -41,6 +41,20 @@ def content_key(text: str) -> str:
     return hashlib.sha256(" ".join(text.lower().split()).encode()).hexdigest()
 
 
+def fuse(rankings: Sequence[Sequence[Passage]], k: int = 60) -> list[Passage]:
+    """One ranking from several: kept as is when alone, else by RRF; duplicate text kept once, at its best."""
+    if len(rankings) == 1:
+        passages = list(rankings[0])
+    else:
+        by_id = {p.id: p for ranking in rankings for p in ranking}
+        fused = reciprocal_rank_fusion([[p.id for p in ranking] for ranking in rankings], k)
+        passages = [replace(by_id[i], score=score) for i, score in fused]
+    unique: dict[str, Passage] = {}
+    for passage in passages:
+        unique.setdefault(content_key(passage.text), passage)
+    return list(unique.values())
+
+
 class Retriever:
     """Recall for one step: one or several queries, one strategy, an optional section filter."""
 
@@ -49,13 +63,13 @@ class Retriever:
         self.top_k = top_k
         self.rrf_k = rrf_k
 
-    def _rankings(self, query: str, strategy: Strategy, sections: list[str]) -> list[list[Hit]]:
+    def _rankings(self, query: str, strategy: Strategy, sections: list[str]) -> list[list[Passage]]:
         rankings = []
         if strategy in ("vector", "hybrid"):
             rankings.append(self.index.vector_search(query, self.top_k, sections))
         if strategy in ("keyword", "hybrid"):
             rankings.append(self.index.keyword_search(query, self.top_k, sections))
-        return rankings
+        return [[Passage.from_hit(h) for h in ranking] for ranking in rankings]
 
     def search(self, query: str | Sequence[str], strategy: Strategy = "hybrid", section: str | None = None
                ) -> list[Passage]:
@@ -66,13 +80,4 @@ class Retriever:
         queries = [query] if isinstance(query, str) else list(query)
         sections = match_sections(section, self.index.section_titles) if section else []
         rankings = [r for q in queries for r in self._rankings(q, strategy, sections)]
-        if len(rankings) == 1:
-            passages = [Passage.from_hit(h) for h in rankings[0]]
-        else:
-            by_id = {h.chunk.id: h for ranking in rankings for h in ranking}
-            fused = reciprocal_rank_fusion([[h.chunk.id for h in r] for r in rankings], self.rrf_k)
-            passages = [Passage.from_hit(by_id[i], score) for i, score in fused]
-        unique: dict[str, Passage] = {}
-        for passage in passages:
-            unique.setdefault(content_key(passage.text), passage)
-        return list(unique.values())[: self.top_k]
+        return fuse(rankings, self.rrf_k)[: self.top_k]

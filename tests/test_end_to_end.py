@@ -1,26 +1,38 @@
 """End to end on the real parts: the 10-K through `dspy-rag ingest`, then `ask` on the local 0.5B model."""
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
 
-from conftest import TENK
+from conftest import DATA, TENK
 from conftest import run_cli as run
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 pytestmark = pytest.mark.slow
 
 
-def test_ingest_the_10k_then_ask_the_baseline(tmp_path: Path) -> None:
-    ingest = run("ingest", str(TENK), "--json", cwd=tmp_path)
+@pytest.fixture(scope="module")
+def tenk_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("e2e")
+    ingest = run("ingest", str(TENK), "--json", cwd=folder)
     assert ingest.returncode == 0, ingest.stderr
     report = json.loads(ingest.stdout)
     sections = report["sections"][str(TENK.resolve())]
     for item in ("Item 1.", "Item 1A.", "Item 2.", "Item 7.", "Item 7A.", "Item 8."):
         assert any(s.startswith(item) for s in sections), item
+    return folder
 
+
+def test_ask_the_baseline_on_the_10k(tenk_folder: Path) -> None:
     ask = run("ask", "--pipeline", "baseline", "--json",
-              "What was NVIDIA's Data Center revenue in fiscal year 2023?", cwd=tmp_path)
+              "What was NVIDIA's Data Center revenue in fiscal year 2023?", cwd=tenk_folder)
     assert ask.returncode == 0, ask.stderr
     result = json.loads(ask.stdout)
     assert "15.01 billion" in result["answer"]
@@ -29,6 +41,30 @@ def test_ingest_the_10k_then_ask_the_baseline(tmp_path: Path) -> None:
     retrieved = {r["id"] for r in result["retrieved"]}
     assert {c["chunk_id"] for c in result["citations"]} <= retrieved
     assert result["lm_calls"] == 1 and result["prompt_tokens"] > 500 and result["completion_tokens"] > 5
+
+
+def test_ask_with_the_offline_web_snapshot(tenk_folder: Path) -> None:
+    question = ("Identify NVIDIA's competition risks, then explain how AMD's MI300X MLPerf inference results "
+                "bear on one of them.")
+    ask = run("ask", "--json", "--web", str(DATA / "web-snapshot"), question, cwd=tenk_folder)
+    assert ask.returncode == 0, ask.stderr
+    result = json.loads(ask.stdout)
+    sources = {r["source"] for r in result["retrieved"]}
+    assert result["web"] == {"provider": "snapshot", "error": None}
+    assert any("rocm-blog-2024-08-28" in s for s in sources) and str(TENK.resolve()) in sources
+    assert {c["chunk_id"] for c in result["citations"]} <= {r["id"] for r in result["retrieved"]}
+
+
+def test_a_failing_web_provider_is_reported_and_the_answer_comes_from_the_documents(tenk_folder: Path) -> None:
+    sentinel = "tvly-SENTINEL-e2e-5f4e3d"
+    env = {"TAVILY_API_KEY": sentinel, "DSPY_RAG_WEB_TAVILY_BASE_URL": f"http://127.0.0.1:{closed_port()}"}
+    ask = run("ask", "--json", "--web", "tavily", "What was NVIDIA's Gaming revenue in fiscal year 2023?",
+              cwd=tenk_folder, env=env)
+    assert ask.returncode == 0, ask.stderr
+    result = json.loads(ask.stdout)
+    assert result["web"]["provider"] == "tavily" and "cannot reach Tavily" in result["web"]["error"]
+    assert result["answer"] and all(r["source"] == str(TENK.resolve()) for r in result["retrieved"])
+    assert sentinel not in ask.stdout + ask.stderr
 
 
 def test_ask_shows_its_steps_and_sources(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from dspy_rag.config import LMConfig
 from dspy_rag.errors import UserError
-from dspy_rag.llama_engine import _llama_response_format, cap_arrays
+from dspy_rag.llama_engine import _llama_response_format, bound_schema
 from dspy_rag.models import LocalModel, build_lm, ensure_local_model, is_ready, lookup, model_file
 
 PARTS = (b"GGUF" + bytes(range(256)) * 40, b"second part " * 300, b"", b"tail")
@@ -185,7 +185,7 @@ def array(**extra: object) -> dict[str, object]:
     return {"type": "array", "items": {"type": "string"}, **extra}
 
 
-def test_cap_arrays_caps_nested_and_keeps_smaller_limits() -> None:
+def test_bound_schema_caps_nested_and_keeps_smaller_limits() -> None:
     schema = {
         "type": "object",
         "properties": {
@@ -198,7 +198,7 @@ def test_cap_arrays_caps_nested_and_keeps_smaller_limits() -> None:
         "$defs": {"Inner": {"type": "object", "properties": {"list": array(maxItems=9)}}},
     }
     original = repr(schema)
-    capped = cap_arrays(schema, limit=3)
+    capped = bound_schema(schema, items=3)
     props = capped["properties"]
     assert props["open"]["maxItems"] == 3
     assert props["large"]["maxItems"] == 3
@@ -209,12 +209,13 @@ def test_cap_arrays_caps_nested_and_keeps_smaller_limits() -> None:
     assert "maxItems" not in capped and repr(schema) == original, "the input schema is not modified"
 
 
-def test_cap_arrays_default_limit_is_five() -> None:
-    assert cap_arrays(array())["maxItems"] == 5
+def test_bound_schema_default_limit_is_five() -> None:
+    assert bound_schema(array())["maxItems"] == 5
 
 
 SCHEMA = {"type": "object", "properties": {"facts": array()}}
-CAPPED = {"type": "object", "properties": {"facts": array(maxItems=5)}}
+CAPPED = {"type": "object", "properties": {"facts": {"type": "array", "maxItems": 5,
+                                                      "items": {"type": "string", "maxLength": 800}}}}
 
 
 @pytest.mark.parametrize(
