@@ -1,0 +1,123 @@
+"""Question and corpus files in the formats of HotpotQA, MuSiQue, MultiHop-RAG and a generic JSONL.
+
+Files load through the `datasets` library (a local path here; `hf://` paths work online). Every format
+becomes the same `Question` and `CorpusPassage` records; a gold passage is named by the passage id its
+corpus loader gives, so recall can be counted without caring where the data came from.
+"""
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from dspy_rag.errors import UserError
+
+Format = Literal["hotpotqa", "musique", "multihop-rag", "jsonl"]
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    question: str
+    answer: str
+    aliases: tuple[str, ...] = ()
+    gold_passages: tuple[str, ...] = ()
+    gold_sections: tuple[str, ...] = ()
+    # Passages shown with the question that are not gold: hard negatives for reranker training.
+    distractors: tuple[str, ...] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True)
+class CorpusPassage:
+    id: str
+    title: str
+    text: str
+
+
+def passage_id(title: str, text: str) -> str:
+    return hashlib.sha256(f"{title}\n{text}".encode()).hexdigest()[:16]
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    import datasets
+
+    if not str(path).startswith("hf://") and not path.is_file():
+        raise UserError(f"{path} does not exist; pass a questions or corpus file")
+    try:
+        return list(datasets.load_dataset("json", data_files=str(path), split="train"))
+    except Exception as exc:  # datasets wraps parse errors in several exception types
+        raise UserError(f"{path} is not a JSON or JSONL dataset ({type(exc).__name__})") from exc
+
+
+def detect_format(row: dict[str, Any]) -> Format:
+    keys = set(row)
+    if {"supporting_facts", "context"} <= keys:
+        return "hotpotqa"
+    if {"paragraphs", "question_decomposition"} <= keys:
+        return "musique"
+    if "evidence_list" in keys:
+        return "multihop-rag"
+    if {"id", "question", "answer"} <= keys:
+        return "jsonl"
+    raise UserError(f"unknown question format with fields {sorted(keys)}; see README for the generic JSONL")
+
+
+def _hotpotqa(row: dict[str, Any]) -> Question:
+    paragraphs = {title: "".join(sentences) for title, sentences in row["context"]}
+    gold_titles = list(dict.fromkeys(title for title, _ in row["supporting_facts"]))
+    gold = tuple(passage_id(t, paragraphs[t]) for t in gold_titles if t in paragraphs)
+    others = tuple(passage_id(t, text) for t, text in paragraphs.items() if t not in gold_titles)
+    return Question(row["_id"], row["question"], row["answer"], (), gold, (), others)
+
+
+def _musique(row: dict[str, Any]) -> Question:
+    ids = {p["idx"]: passage_id(p["title"], p["paragraph_text"]) for p in row["paragraphs"]}
+    gold = tuple(ids[p["idx"]] for p in row["paragraphs"] if p["is_supporting"])
+    others = tuple(ids[p["idx"]] for p in row["paragraphs"] if not p["is_supporting"])
+    return Question(row["id"], row["question"], row["answer"], tuple(row.get("answer_aliases") or ()), gold, (), others)
+
+
+def _multihop_rag(row: dict[str, Any]) -> Question:
+    gold = tuple(dict.fromkeys(e["url"] for e in row["evidence_list"] if e.get("url")))
+    return Question(str(row["id"]), row["question"], row["answer"], (), gold)
+
+
+def _generic(row: dict[str, Any]) -> Question:
+    return Question(str(row["id"]), row["question"], str(row["answer"]), tuple(row.get("aliases") or ()),
+                    tuple(row.get("gold_passages") or ()), tuple(row.get("gold_sections") or ()))
+
+
+_READERS: dict[Format, Callable[[dict[str, Any]], Question]] = {
+    "hotpotqa": _hotpotqa, "musique": _musique, "multihop-rag": _multihop_rag, "jsonl": _generic}
+
+
+def load_questions(path: Path) -> tuple[Format, list[Question]]:
+    rows = _rows(path)
+    if not rows:
+        raise UserError(f"{path} holds no questions")
+    kind = detect_format(rows[0])
+    return kind, [_READERS[kind](row) for row in rows]
+
+
+def load_corpus(path: Path) -> list[CorpusPassage]:
+    """HotpotQA's {title: [sentences]}, MuSiQue's [{title, text}], a snapshot's {url, title, content} lines,
+    or generic {id, title?, text} lines."""
+    import json
+
+    if path.suffix == ".json" and path.is_file():
+        with path.open(encoding="utf-8") as handle:
+            data = json.load(handle)
+        if isinstance(data, dict):  # HotpotQA: one mapping, which datasets would read as a single row
+            return [CorpusPassage(passage_id(t, "".join(s)), t, "".join(s)) for t, s in data.items()]
+    passages = []
+    for row in _rows(path):
+        if "url" in row and "content" in row:
+            passages.append(CorpusPassage(row["url"], row.get("title") or row["url"], row["content"]))
+        elif "id" in row and "text" in row:
+            passages.append(CorpusPassage(str(row["id"]), row.get("title") or "", row["text"]))
+        elif "title" in row and "text" in row:
+            passages.append(CorpusPassage(passage_id(row["title"], row["text"]), row["title"], row["text"]))
+        else:
+            raise UserError(f"{path}: unknown corpus row with fields {sorted(row)}")
+    return passages
