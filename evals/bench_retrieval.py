@@ -1,0 +1,450 @@
+"""Retrieval benchmark: recall and latency of vector, keyword, hybrid (and hybrid+rerank) on multi-hop sets.
+
+    dspy-rag bench retrieval --questions ../shared/data/musique/questions.json \
+        --corpus ../shared/data/musique/corpus.json [--limit N] [--no-reranker] [--json out.json]
+    dspy-rag bench retrieval --scaling 10000,100000
+
+Each corpus passage becomes one document whose source is the passage id, so a retrieved chunk names the
+passage it came from and recall is counted against the dataset's gold ids. `--scaling` times the raw
+backends (Chroma, BM25, RRF) on synthetic corpora far larger than the datasets, to see where latency goes.
+"""
+
+import hashlib
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from dspy_rag.bm25 import LuceneBM25
+from dspy_rag.config import Config, load_config
+from dspy_rag.documents import Document, Section
+from dspy_rag.errors import UserError
+from dspy_rag.files import write_json_atomic
+from dspy_rag.index import Index, ProgressFn
+from dspy_rag.retrieval import Passage, Retriever, Strategy, reciprocal_rank_fusion
+from dspy_rag.tokenizer import tokenize
+from dspy_rag.trainsets.formats import CorpusPassage, Question, load_corpus, load_questions
+
+if TYPE_CHECKING:
+    from dspy_rag.reranker import Reranker
+
+STRATEGIES: tuple[Strategy, ...] = ("vector", "keyword", "hybrid")
+RERANKED = "hybrid+rerank"
+RERANK_TOP_N = 10
+CUTOFFS = (2, 5, 10)
+ALL_GOLD_K = 10
+
+# --- metrics -----------------------------------------------------------------------------------------
+
+
+def distinct(ids: Sequence[str]) -> list[str]:
+    """Ids in first-seen order: a long passage split into several chunks counts once, at its best rank."""
+    return list(dict.fromkeys(ids))
+
+
+def recall_at(ranked_ids: list[str], gold: set[str], k: int) -> float:
+    """Share of the gold passages among the first k distinct ranked ids."""
+    if not gold:
+        raise ValueError("recall needs at least one gold id")
+    return len(gold.intersection(distinct(ranked_ids)[:k])) / len(gold)
+
+
+def all_gold_at(ranked_ids: list[str], gold: set[str], k: int = ALL_GOLD_K) -> bool:
+    """Multi-hop questions need every hop: True only when all gold passages are in the first k."""
+    return recall_at(ranked_ids, gold, k) == 1.0
+
+
+def latency_ms(seconds: Sequence[float]) -> dict[str, float]:
+    """Median and p90 in milliseconds: single queries are noisy on a shared machine, the tail matters."""
+    values = np.asarray(seconds, dtype=float) * 1000.0
+    return {"median": round(float(np.median(values)), 2), "p90": round(float(np.percentile(values, 90)), 2)}
+
+
+@dataclass
+class StrategyScores:
+    """Per-question figures of one strategy, summarised at the end."""
+
+    recalls: dict[int, list[float]] = field(default_factory=lambda: {k: [] for k in CUTOFFS})
+    all_gold: list[bool] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    rerank_seconds: list[float] = field(default_factory=list)
+
+    def add(self, ranked_ids: list[str], gold: set[str], seconds: float) -> None:
+        for k in CUTOFFS:
+            self.recalls[k].append(recall_at(ranked_ids, gold, k))
+        self.all_gold.append(all_gold_at(ranked_ids, gold))
+        self.seconds.append(seconds)
+
+    def summary(self) -> dict[str, Any]:
+        row: dict[str, Any] = {f"recall@{k}": round(statistics.fmean(v), 4) for k, v in self.recalls.items()}
+        row[f"all_in_top{ALL_GOLD_K}"] = round(statistics.fmean(self.all_gold), 4)
+        row["latency_ms"] = latency_ms(self.seconds)
+        if self.rerank_seconds:
+            row["rerank_ms"] = latency_ms(self.rerank_seconds)
+        return row
+
+
+# --- dataset run -------------------------------------------------------------------------------------
+
+
+def corpus_documents(passages: list[CorpusPassage]) -> list[Document]:
+    """One document per passage, its source the passage id, so a retrieved chunk names its gold id."""
+    documents = []
+    for passage in passages:
+        text = f"{passage.title}\n{passage.text}"
+        documents.append(Document(passage.id, "text", text, (Section(passage.title, 0, len(text)),)))
+    return documents
+
+
+def bench_config(work_dir: Path, top_k: int) -> Config:
+    """A scratch configuration: the index lives in work_dir and the user's environment does not leak in."""
+    return load_config(overrides={"index.path": work_dir, "retrieval.top_k": top_k}, environ={})
+
+
+def build_index(config: Config, passages: list[CorpusPassage], progress: ProgressFn) -> Index:
+    """Ingest the corpus; a rerun finds every passage unchanged, so an index built before is reused."""
+    index = Index(config)
+    ids = {p.id for p in passages}
+    foreign = [s for s in index.sources if s not in ids]
+    if foreign:
+        raise UserError(f"{index.root} holds {len(foreign)} passages of another corpus; pass a fresh --work folder")
+    index.ingest_documents(corpus_documents(passages), progress)
+    return index
+
+
+def gold_questions(questions: list[Question], limit: int | None) -> list[Question]:
+    """Questions that name gold passages (recall is undefined without them), the first `limit` of them."""
+    usable = [q for q in questions if q.gold_passages]
+    return usable[:limit] if limit is not None else usable
+
+
+def timed_search(retriever: Retriever, query: str, strategy: Strategy) -> tuple[list[Passage], float]:
+    started = time.perf_counter()
+    passages = retriever.search(query, strategy)
+    return passages, time.perf_counter() - started
+
+
+def timed_rerank(reranker: "Reranker", query: str, passages: list[Passage]) -> tuple[list[Passage], float]:
+    started = time.perf_counter()
+    reranked = reranker.rerank(query, passages, RERANK_TOP_N)
+    return reranked, time.perf_counter() - started
+
+
+def warm_up(retriever: Retriever, query: str) -> None:
+    """Load the embedding model and build BM25 before timing, so the first query is not billed for them."""
+    for strategy in STRATEGIES:
+        retriever.search(query, strategy)
+
+
+def score_questions(retriever: Retriever, questions: list[Question], reranker: "Reranker | None"
+                    ) -> dict[str, StrategyScores]:
+    scores = {name: StrategyScores() for name in (*STRATEGIES, *([RERANKED] if reranker else []))}
+    warm_up(retriever, questions[0].question)
+    for question in questions:
+        gold = set(question.gold_passages)
+        for strategy in STRATEGIES:
+            passages, seconds = timed_search(retriever, question.question, strategy)
+            scores[strategy].add([p.source for p in passages], gold, seconds)
+            if strategy == "hybrid" and reranker is not None:
+                reranked, rerank_seconds = timed_rerank(reranker, question.question, passages)
+                scores[RERANKED].add([p.source for p in reranked], gold, seconds + rerank_seconds)
+                scores[RERANKED].rerank_seconds.append(rerank_seconds)
+    return scores
+
+
+def best_single(strategies: dict[str, dict[str, Any]]) -> str:
+    """The single strategy with the best recall@5 (ties go to the simpler one, listed first)."""
+    return max(STRATEGIES, key=lambda name: strategies[name]["recall@5"])
+
+
+def run(questions_path: Path, corpus_path: Path, work_dir: Path, reranker: "Reranker | None" = None,
+        top_k: int = 20, limit: int | None = None, progress: ProgressFn = lambda *_: None) -> dict[str, Any]:
+    """Recall@2/5/10, all-gold-in-top-10 and latency of each strategy over the questions with gold passages."""
+    kind, questions = load_questions(questions_path)
+    passages = load_corpus(corpus_path)
+    usable = gold_questions(questions, limit)
+    if not usable:
+        raise UserError(f"{questions_path} has no questions with gold passages to score")
+    config = bench_config(work_dir, top_k)
+    started = time.perf_counter()
+    index = build_index(config, passages, progress)
+    ingest_seconds = time.perf_counter() - started
+    retriever = Retriever(index, config.retrieval.top_k, config.retrieval.rrf_k)
+    summaries = {name: s.summary() for name, s in score_questions(retriever, usable, reranker).items()}
+    corpus_ids = {p.id for p in passages}
+    best = best_single(summaries)
+    return {
+        "format": kind,
+        "questions": len(usable),
+        "questions_in_file": len(questions),
+        "corpus_passages": len(corpus_ids),
+        "chunks": len(index.catalog["chunks"]),
+        "gold_missing_from_corpus": len({g for q in usable for g in q.gold_passages} - corpus_ids),
+        "top_k": top_k,
+        "rerank_top_n": RERANK_TOP_N if reranker else None,
+        "reranker": reranker.name if reranker else None,
+        "index": str(index.root),
+        "index_seconds": round(ingest_seconds, 2),
+        "strategies": summaries,
+        "best_single": best,
+        "rerank_gain_recall@5": (round(summaries[RERANKED]["recall@5"] - summaries[best]["recall@5"], 4)
+                                 if reranker else None),
+    }
+
+
+# --- scaling -----------------------------------------------------------------------------------------
+
+VOCABULARY_SIZE = 5000
+DIMENSIONS = 384
+WORDS_PER_CHUNK = 120
+QUERY_WORDS = 8
+CHROMA_BATCH = 5000
+SCALING_TOP_K = 20
+
+
+def vocabulary(rng: np.random.Generator) -> np.ndarray:
+    """5,000 distinct pseudo-words of 4-9 letters: no stopwords, so every word survives the tokenizer."""
+    words: set[str] = set()
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    while len(words) < VOCABULARY_SIZE:
+        words.add("".join(rng.choice(letters, size=int(rng.integers(4, 10)))))
+    return np.array(sorted(words))
+
+
+def zipf_weights(size: int) -> np.ndarray:
+    """Word frequencies of natural text fall off as 1/rank; uniform draws would make BM25 look too easy."""
+    weights = 1.0 / np.arange(1, size + 1)
+    return weights / weights.sum()
+
+
+def random_texts(rng: np.random.Generator, words: np.ndarray, count: int, length: int) -> list[str]:
+    """`count` texts of length ± 20 % words, drawn in one go (a draw per text is slow at 100,000 texts)."""
+    lengths = rng.integers(int(length * 0.8), int(length * 1.2) + 1, size=count)
+    drawn = rng.choice(words, size=int(lengths.sum()), p=zipf_weights(len(words)))
+    return [" ".join(part) for part in np.split(drawn, np.cumsum(lengths)[:-1])]
+
+
+def unit_vectors(rng: np.random.Generator, count: int) -> np.ndarray:
+    vectors = rng.standard_normal((count, DIMENSIONS)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def chroma_collection(folder: Path, vectors: np.ndarray) -> Any:
+    """An embedded, persistent cosine collection like the real index's, filled in Chroma-sized batches."""
+    import chromadb
+    from chromadb.config import Settings
+
+    client = chromadb.PersistentClient(path=str(folder), settings=Settings(anonymized_telemetry=False))
+    collection = client.create_collection("scaling", embedding_function=None,
+                                          configuration={"hnsw": {"space": "cosine"}})
+    for start in range(0, len(vectors), CHROMA_BATCH):
+        part = vectors[start : start + CHROMA_BATCH]
+        collection.add(ids=[str(i) for i in range(start, start + len(part))], embeddings=part)
+    return collection
+
+
+def keyword_index(texts: list[str]) -> Any:
+    """BM25 over the same tokens the real index stores (tokenizer included in the build time)."""
+    return LuceneBM25([tokenize(text) for text in texts])
+
+
+def timed_build(build: Callable[[], Any]) -> tuple[Any, float]:
+    started = time.perf_counter()
+    built = build()
+    return built, time.perf_counter() - started
+
+
+def vector_ids(collection: Any, vector: np.ndarray) -> list[str]:
+    result = collection.query(query_embeddings=[vector], n_results=SCALING_TOP_K, include=["distances"])
+    return result["ids"][0]
+
+
+def keyword_ids(bm25: Any, query: str) -> list[str]:
+    """Top ids the way Index.keyword_search finds them: full scores, then a sort."""
+    scores = bm25.get_scores(tokenize(query))
+    return [str(i) for i in np.argsort(-scores)[:SCALING_TOP_K] if scores[i] > 0]
+
+
+def hybrid_ids(collection: Any, bm25: Any, vector: np.ndarray, query: str) -> list[str]:
+    fused = reciprocal_rank_fusion([vector_ids(collection, vector), keyword_ids(bm25, query)])
+    return [item for item, _ in fused[:SCALING_TOP_K]]
+
+
+def time_queries(search: Callable[[int], Any], queries: int) -> dict[str, float]:
+    """Latency of `queries` searches after one untimed warm-up search."""
+    search(0)
+    seconds = []
+    for n in range(queries):
+        started = time.perf_counter()
+        search(n)
+        seconds.append(time.perf_counter() - started)
+    return latency_ms(seconds)
+
+
+def scale_once(rng: np.random.Generator, words: np.ndarray, size: int, queries: int) -> dict[str, Any]:
+    vectors = unit_vectors(rng, size)
+    texts = random_texts(rng, words, size, WORDS_PER_CHUNK)
+    query_vectors = unit_vectors(rng, queries)
+    query_texts = random_texts(rng, words, queries, QUERY_WORDS)
+    with tempfile.TemporaryDirectory(prefix="dspy-rag-scaling-") as folder:
+        collection, vector_build = timed_build(lambda: chroma_collection(Path(folder), vectors))
+        bm25, keyword_build = timed_build(lambda: keyword_index(texts))
+        latencies = {
+            "vector_ms": time_queries(lambda n: vector_ids(collection, query_vectors[n]), queries),
+            "keyword_ms": time_queries(lambda n: keyword_ids(bm25, query_texts[n]), queries),
+            "hybrid_ms": time_queries(lambda n: hybrid_ids(collection, bm25, query_vectors[n], query_texts[n]),
+                                      queries),
+        }
+    return {"chunks": size, "queries": queries, "top_k": SCALING_TOP_K,
+            "build_seconds": {"vector": round(vector_build, 2), "keyword": round(keyword_build, 2)}, **latencies}
+
+
+def scaling(sizes: list[int], queries: int = 50) -> list[dict[str, Any]]:
+    """Query latency of the raw backends on synthetic corpora of each size (random vectors, Zipf texts)."""
+    if queries < 1 or any(size < SCALING_TOP_K for size in sizes):
+        raise UserError(f"scaling needs at least one query and at least {SCALING_TOP_K} chunks per corpus")
+    rng = np.random.default_rng(0)
+    words = vocabulary(rng)
+    return [scale_once(rng, words, size, queries) for size in sizes]
+
+
+# --- command line ------------------------------------------------------------------------------------
+
+bench_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                        help="Benchmarks: retrieval recall and latency on multi-hop question sets.")
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+
+@bench_app.callback()
+def _bench() -> None:
+    """Benchmarks: retrieval recall and latency on multi-hop question sets."""  # keeps `retrieval` a subcommand
+
+
+def default_work_dir(corpus: Path) -> Path:
+    """Keyed by the corpus bytes, so reruns on the same corpus reuse the index and a new corpus gets its own."""
+    digest = hashlib.sha256(corpus.read_bytes()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"dspy-rag-bench-{digest}"
+
+
+def parse_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise UserError(f"--scaling takes chunk counts separated by commas, e.g. 10000,100000, not '{text}'") from exc
+    if not sizes or min(sizes) < SCALING_TOP_K:
+        raise UserError(f"--scaling sizes must be at least {SCALING_TOP_K} chunks, e.g. 10000,100000")
+    return sizes
+
+
+def require_file(path: Path | None, option: str) -> Path:
+    if path is None:
+        raise UserError(f"pass {option} FILE (or only --scaling for the synthetic latency run)")
+    if not path.is_file():
+        raise UserError(f"{option} {path} does not exist or is not a file; check the path")
+    return path
+
+
+def chosen_reranker(use: bool, config: Config) -> "Reranker | None":
+    if not use:
+        return None
+    from dspy_rag.reranker import load_reranker
+
+    return load_reranker(config)
+
+
+def ingest_progress(progress: Progress) -> ProgressFn:
+    """Show documents indexed; per-document embedding steps would only make the bar flicker."""
+    task = progress.add_task("indexing corpus", total=None)
+
+    def update(stage: str, done: int, total: int) -> None:
+        if stage == "indexing documents":
+            progress.update(task, completed=done + 1, total=total)
+
+    return update
+
+
+def dataset_run(questions: Path, corpus: Path, work: Path, reranker: "Reranker | None", top_k: int,
+                limit: int | None) -> dict[str, Any]:
+    err.print(f"index: {work}", markup=False, highlight=False)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        return run(questions, corpus, work, reranker, top_k, limit, ingest_progress(progress))
+
+
+def print_run(result: dict[str, Any]) -> None:
+    table = Table(title=f"{result['format']}: {result['questions']} questions, {result['corpus_passages']} passages "
+                        f"({result['chunks']} chunks), top_k {result['top_k']}")
+    for column in ("strategy", "R@2", "R@5", "R@10", f"all@{ALL_GOLD_K}", "median ms", "p90 ms", "rerank ms"):
+        table.add_column(column, justify="left" if column == "strategy" else "right")
+    for name, row in result["strategies"].items():
+        rerank = row.get("rerank_ms")
+        table.add_row(name, *(f"{row[f'recall@{k}']:.3f}" for k in CUTOFFS), f"{row[f'all_in_top{ALL_GOLD_K}']:.3f}",
+                      f"{row['latency_ms']['median']:.1f}", f"{row['latency_ms']['p90']:.1f}",
+                      f"{rerank['median']:.1f}" if rerank else "-")
+    out.print(table)
+    out.print(f"reranker: {result['reranker'] or 'none'}", markup=False, highlight=False)
+    gain = result["rerank_gain_recall@5"]
+    line = f"best single strategy (recall@5): {result['best_single']}"
+    out.print(line + (f"; {RERANKED} gains {gain:+.3f} recall@5 over it" if gain is not None else ""),
+              markup=False, highlight=False)
+    if result["gold_missing_from_corpus"]:
+        out.print(f"note: {result['gold_missing_from_corpus']} gold passages are not in the corpus", markup=False)
+
+
+def print_scaling(rows: list[dict[str, Any]]) -> None:
+    table = Table(title=f"synthetic scaling: median / p90 ms per query, top {SCALING_TOP_K}")
+    for column in ("chunks", "build vector s", "build keyword s", "vector", "keyword", "hybrid"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(f"{row['chunks']:,}", f"{row['build_seconds']['vector']:.1f}",
+                      f"{row['build_seconds']['keyword']:.1f}",
+                      *(f"{row[k]['median']:.1f} / {row[k]['p90']:.1f}" for k in ("vector_ms", "keyword_ms", "hybrid_ms")))
+    out.print(table)
+
+
+@bench_app.command("retrieval")
+def retrieval(
+    questions: Annotated[Path | None, typer.Option("--questions", metavar="FILE", help="HotpotQA, MuSiQue, MultiHop-RAG or JSONL questions")] = None,
+    corpus: Annotated[Path | None, typer.Option("--corpus", metavar="FILE", help="the passages the gold ids point into")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", metavar="N", min=1, help="only the first N questions with gold passages")] = None,
+    top_k: Annotated[int, typer.Option("--top-k", min=1, max=200, help="passages each strategy retrieves")] = 20,
+    work: Annotated[Path | None, typer.Option("--work", metavar="DIR", help="index folder (default: temp dir keyed by the corpus hash)")] = None,
+    use_reranker: Annotated[bool, typer.Option("--reranker/--no-reranker", help="also score hybrid+rerank with the configured reranker")] = True,
+    sizes: Annotated[str | None, typer.Option("--scaling", metavar="N,N", help="also time backends on synthetic corpora of these chunk counts")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", metavar="FILE", help="write the figures to this JSON file")] = None,
+) -> None:
+    """Recall@2/5/10 and latency of vector, keyword and hybrid retrieval (and hybrid+rerank) on a question set."""
+    scaling_sizes = parse_sizes(sizes) if sizes else None
+    figures: dict[str, Any] = {}
+    if questions is not None or corpus is not None or scaling_sizes is None:
+        corpus_file = require_file(corpus, "--corpus")
+        questions_file = require_file(questions, "--questions")
+        work_dir = work or default_work_dir(corpus_file)
+        reranker = chosen_reranker(use_reranker, bench_config(work_dir, top_k))
+        figures["retrieval"] = dataset_run(questions_file, corpus_file, work_dir, reranker, top_k, limit)
+        print_run(figures["retrieval"])
+    if scaling_sizes:
+        err.print(f"scaling: building synthetic corpora of {', '.join(f'{n:,}' for n in scaling_sizes)} chunks …")
+        figures["scaling"] = scaling(scaling_sizes)
+        print_scaling(figures["scaling"])
+    if json_path is not None:
+        write_json_atomic(json_path, figures)
+
+
+if __name__ == "__main__":
+    try:
+        bench_app()
+    except UserError as exc:
+        print("error: " + " ".join(str(exc).split()), file=sys.stderr)
+        sys.exit(2)

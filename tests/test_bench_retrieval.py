@@ -1,0 +1,157 @@
+"""The retrieval benchmark: its metrics by hand, its corpus mapping, a real run on a HotpotQA slice, scaling."""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import DATA
+from dspy_rag.errors import UserError
+from dspy_rag.evals.bench_retrieval import (
+    RERANKED,
+    all_gold_at,
+    bench_app,
+    corpus_documents,
+    recall_at,
+    run,
+    scaling,
+)
+from dspy_rag.retrieval import Passage
+from dspy_rag.trainsets.formats import CorpusPassage, load_questions, passage_id
+
+# --- metrics -----------------------------------------------------------------------------------------
+
+
+def test_recall_counts_gold_among_the_first_k():
+    assert recall_at(["a", "b", "c", "d"], {"a", "c"}, 1) == 0.5
+    assert recall_at(["a", "b", "c", "d"], {"a", "c"}, 2) == 0.5
+    assert recall_at(["a", "b", "c", "d"], {"a", "c"}, 3) == 1.0
+    assert recall_at(["x", "y"], {"a", "b", "c"}, 10) == 0.0
+    assert recall_at([], {"a"}, 5) == 0.0
+
+
+def test_recall_counts_a_passage_split_into_chunks_once():
+    # Distinct ids: a, b, c, d; the repeated a and b must not push c out of the top 3.
+    ranked = ["a", "a", "b", "a", "b", "c", "d"]
+    assert recall_at(ranked, {"c"}, 3) == 1.0
+    assert recall_at(ranked, {"d"}, 3) == 0.0
+    assert recall_at(ranked, {"a", "b", "c", "d"}, 2) == 0.5
+    assert recall_at(["a", "a", "a"], {"a", "b"}, 2) == 0.5
+
+
+def test_all_gold_needs_every_hop_in_the_top_ten():
+    ranked = [f"p{i}" for i in range(12)]
+    assert all_gold_at(ranked, {"p0", "p9"})
+    assert not all_gold_at(ranked, {"p0", "p10"})
+    assert all_gold_at(["g"] * 11 + ["h"], {"g", "h"})  # duplicates do not use up the ten
+
+
+def test_recall_refuses_a_question_without_gold():
+    with pytest.raises(ValueError):
+        recall_at(["a"], set(), 5)
+
+
+def test_corpus_documents_keep_the_passage_id_as_source():
+    passages = [CorpusPassage("id-1", "Paris", "Paris is the capital of France."), CorpusPassage("id-2", "Rome", "")]
+    documents = corpus_documents(passages)
+    assert [d.source for d in documents] == ["id-1", "id-2"]
+    first = documents[0]
+    assert first.kind == "text"
+    assert first.text == "Paris\nParis is the capital of France."
+    assert [(s.title, s.start, s.end) for s in first.sections] == [("Paris", 0, len(first.text))]
+
+
+# --- a real run on a HotpotQA slice ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hotpot_slice(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """The first 8 HotpotQA questions and only the passages they show (gold + distractors), original formats."""
+    folder = tmp_path_factory.mktemp("hotpot")
+    rows = json.loads((DATA / "hotpotqa" / "questions.json").read_text())[:8]
+    questions = folder / "questions.json"
+    questions.write_text(json.dumps(rows))
+    _, loaded = load_questions(questions)
+    wanted = {i for q in loaded for i in (*q.gold_passages, *q.distractors)}
+    full = json.loads((DATA / "hotpotqa" / "corpus.json").read_text())
+    corpus = folder / "corpus.json"
+    corpus.write_text(json.dumps({t: s for t, s in full.items() if passage_id(t, "".join(s)) in wanted}))
+    return questions, corpus, folder / "index"
+
+
+@dataclass
+class ReversingReranker:
+    """Puts the hybrid ranking upside down and remembers what it returned, so the test can re-score it."""
+
+    name: str = "reverse"
+    returned: dict[str, list[Passage]] = field(default_factory=dict)
+
+    def rerank(self, query: str, passages: list[Passage], top_n: int) -> list[Passage]:
+        self.returned[query] = passages[::-1][:top_n]
+        return self.returned[query]
+
+
+def test_run_scores_every_strategy_on_real_questions(hotpot_slice):
+    questions, corpus, work = hotpot_slice
+    result = run(questions, corpus, work, top_k=20)
+    assert result["format"] == "hotpotqa"
+    assert result["questions"] == 8 and result["gold_missing_from_corpus"] == 0
+    assert 70 <= result["corpus_passages"] <= 80 and result["chunks"] >= result["corpus_passages"]
+    assert set(result["strategies"]) == {"vector", "keyword", "hybrid"}
+    assert result["reranker"] is None and result["rerank_gain_recall@5"] is None
+    for row in result["strategies"].values():
+        assert 0.0 <= row["recall@2"] <= row["recall@5"] <= row["recall@10"] <= 1.0
+        assert row["all_in_top10"] <= row["recall@10"]
+        assert 0 < row["latency_ms"]["median"] <= row["latency_ms"]["p90"]
+    # Two-hop questions over 10 passages each: a working retriever finds most gold passages in its top 10.
+    assert result["strategies"]["hybrid"]["recall@10"] >= 0.7
+    assert result["best_single"] in result["strategies"]
+
+
+def test_run_scores_the_reranked_order(hotpot_slice):
+    questions, corpus, work = hotpot_slice
+    reranker = ReversingReranker()
+    result = run(questions, corpus, work, reranker=reranker, top_k=20, limit=5)
+    assert result["index_seconds"] < 30  # the index of the previous test is reused, not rebuilt
+    row = result["strategies"][RERANKED]
+    _, loaded = load_questions(questions)
+    gold = {q.question: set(q.gold_passages) for q in loaded[:5]}
+    assert set(reranker.returned) == set(gold)
+    for k in (2, 5, 10):
+        expected = sum(recall_at([p.source for p in reranker.returned[q]], gold[q], k) for q in gold) / len(gold)
+        assert row[f"recall@{k}"] == pytest.approx(expected, abs=1e-4)
+    assert row["rerank_ms"]["median"] >= 0 and row["latency_ms"]["median"] > 0
+    assert result["reranker"] == "reverse"
+    best = result["best_single"]
+    gain = result["strategies"][RERANKED]["recall@5"] - result["strategies"][best]["recall@5"]
+    assert result["rerank_gain_recall@5"] == pytest.approx(gain, abs=1e-4)
+
+
+def test_cli_prints_the_table_and_writes_json(hotpot_slice, tmp_path):
+    questions, corpus, work = hotpot_slice
+    figures = tmp_path / "figures.json"
+    result = CliRunner().invoke(bench_app, ["retrieval", "--questions", str(questions), "--corpus", str(corpus),
+                                            "--work", str(work), "--limit", "3", "--no-reranker", "--json", str(figures)])
+    assert result.exit_code == 0, result.output
+    assert "hybrid" in result.stdout and "reranker: none" in result.stdout
+    assert json.loads(figures.read_text())["retrieval"]["questions"] == 3
+
+
+def test_cli_refuses_a_missing_file(tmp_path):
+    result = CliRunner().invoke(bench_app, ["retrieval", "--questions", str(tmp_path / "nope.json"),
+                                            "--corpus", str(tmp_path / "nope.json"), "--no-reranker"])
+    assert isinstance(result.exception, UserError)
+    assert "does not exist" in str(result.exception) and "\n" not in str(result.exception)
+
+
+# --- scaling -----------------------------------------------------------------------------------------
+
+
+def test_scaling_reports_positive_latencies():
+    [row] = scaling([2000], queries=5)
+    assert row["chunks"] == 2000 and row["queries"] == 5
+    assert row["build_seconds"]["vector"] > 0 and row["build_seconds"]["keyword"] > 0
+    for name in ("vector_ms", "keyword_ms", "hybrid_ms"):
+        assert 0 < row[name]["median"] <= row[name]["p90"] < 5000
