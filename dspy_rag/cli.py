@@ -14,10 +14,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from dspy_rag.config import Config, load_config
 from dspy_rag.errors import UserError
+from dspy_rag.evals.bench_retrieval import bench_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A deep-thinking research assistant over your documents and the web.")
 # soft_wrap: piped output keeps its long lines instead of being hard-wrapped at 80 columns.
+app.add_typer(bench_app, name="bench")
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
@@ -237,6 +239,7 @@ def ask(
             "retrieved": [{"id": p.id, "source": p.source, "section": p.section, "score": p.score}
                           for p in result.passages],
             "web": {"provider": searcher.name if searcher else "off", "error": result.web_error},
+            "reranker": "none (the baseline answers from hybrid recall without a precision stage)",
             **usage, "tokens": usage["prompt_tokens"] + usage["completion_tokens"], "seconds": round(seconds, 2),
         }, indent=1))
         return

@@ -277,16 +277,15 @@ class Index:
                 write_json_atomic(self.catalog_path, self.catalog)
         report.seconds = time.perf_counter() - started
 
-    def _store(self, document: Document, sha256: str, report: IngestReport, progress: ProgressFn) -> list[str]:
-        """Write a document's vectors and stage it in the catalog; returns the chunk ids it supersedes."""
+    def _chunks(self, document: Document, sha256: str, report: IngestReport) -> list[Chunk] | None:
+        """The document's chunks, or None when the index already holds this exact content."""
         if self.sources.get(document.source, {}).get("sha256") == sha256:
             report.unchanged.append(document.source)
-            return []
+            return None
         chunks = chunk_document(document, self.config.ingest.chunk_chars, self.config.ingest.chunk_overlap)
-        self._write_chunks(chunks, progress)
         (report.replaced if document.source in self.sources else report.added).append(document.source)
         report.chunks_written += len(chunks)
-        return self._replace(document.source, sha256, document.kind, chunks)
+        return chunks
 
     def ingest(self, inputs: list[str], progress: ProgressFn = lambda *_: None) -> IngestReport:
         """Ingest files, folders and URLs; in a folder, a bad file is reported and the rest go on."""
@@ -308,18 +307,24 @@ class Index:
                         raise
                     report.failed[item] = str(exc)
                     continue
-                self._commit(self._store(document, sha256, report, progress))  # one commit a file
+                chunks = self._chunks(document, sha256, report) or []
+                self._write_chunks(chunks, progress)
+                self._commit(self._replace(source, sha256, kind, chunks))  # one commit a file
         return report
 
     def ingest_documents(self, documents: list[Document], progress: ProgressFn = lambda *_: None) -> IngestReport:
         """Ingest documents already in memory (web snapshots); a document is unchanged if its text is."""
         with self._writing() as report:
-            superseded = []
-            for number, document in enumerate(documents, start=1):
-                progress("indexing documents", number - 1, len(documents))
+            staged = []
+            for document in documents:
                 sha256 = hashlib.sha256(document.text.encode()).hexdigest()
-                superseded += self._store(document, sha256, report, progress)
-            self._commit(superseded)  # small documents: one commit for the lot
+                chunks = self._chunks(document, sha256, report)
+                if chunks is not None:
+                    staged.append((document, sha256, chunks))
+            # Small documents: embed them in shared batches and commit once for the lot.
+            self._write_chunks([c for *_, chunks in staged for c in chunks], progress)
+            superseded = [i for d, sha256, chunks in staged for i in self._replace(d.source, sha256, d.kind, chunks)]
+            self._commit(superseded)
         return report
 
     def disk_bytes(self) -> int:
