@@ -1,8 +1,13 @@
 """Shared fixtures: the real data in ../shared/data, scratch configurations and a real 10-K index."""
 
 import os
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,6 +37,33 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
         if name.startswith("DSPY_RAG_") and name != "DSPY_RAG_CACHE":
             monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)
+
+
+def free_port() -> int:
+    """A port nothing listens on (so a URL to it fails, or a server can take it)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def running_server(command: list[str], ready_url: str, timeout: float = 60.0) -> Iterator[None]:
+    """A real server process for the duration of a block, once `ready_url` answers."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(ready_url, timeout=1)
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    pytest.fail(f"{command[0]} did not start")
+                time.sleep(0.25)
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def scratch_config(root: Path, **overrides: object) -> Config:

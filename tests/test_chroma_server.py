@@ -1,16 +1,12 @@
 """The index against a real Chroma server (`chroma run` on 127.0.0.1), configured by URL alone."""
 
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, scratch_config
+from conftest import free_port, run_cli, running_server, scratch_config
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
 from dspy_rag.retrieval import Retriever
@@ -18,32 +14,14 @@ from dspy_rag.retrieval import Retriever
 CHROMA = str(Path(sys.executable).parent / "chroma")
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def chroma_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     data = tmp_path_factory.mktemp("chroma-server")
-    server = subprocess.Popen([CHROMA, "run", "--path", str(data), "--host", "127.0.0.1", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(f"{url}/api/v2/heartbeat", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.25)
-        else:
-            pytest.fail("chroma run did not start")
+    with running_server([CHROMA, "run", "--path", str(data), "--host", "127.0.0.1", "--port", str(port)],
+                        f"{url}/api/v2/heartbeat"):
         yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def notes(folder: Path, body: str) -> Path:

@@ -1,19 +1,12 @@
 """End to end on the real parts: the 10-K through `dspy-rag ingest`, then `ask` on the local 0.5B model."""
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 
-from conftest import DATA, TENK
+from conftest import DATA, TENK, free_port
 from conftest import run_cli as run
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +50,7 @@ def test_ask_with_the_offline_web_snapshot(tenk_folder: Path) -> None:
 
 def test_a_failing_web_provider_is_reported_and_the_answer_comes_from_the_documents(tenk_folder: Path) -> None:
     sentinel = "tvly-SENTINEL-e2e-5f4e3d"
-    env = {"TAVILY_API_KEY": sentinel, "DSPY_RAG_WEB_TAVILY_BASE_URL": f"http://127.0.0.1:{closed_port()}"}
+    env = {"TAVILY_API_KEY": sentinel, "DSPY_RAG_WEB_TAVILY_BASE_URL": f"http://127.0.0.1:{free_port()}"}
     ask = run("ask", "--json", "--web", "tavily", "What was NVIDIA's Gaming revenue in fiscal year 2023?",
               cwd=tenk_folder, env=env)
     assert ask.returncode == 0, ask.stderr

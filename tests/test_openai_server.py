@@ -1,50 +1,27 @@
 """The LiteLLM path against a real OpenAI-compatible server: llama.cpp's own, serving the local model."""
 
 import json
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import free_port, run_cli, running_server
 from dspy_rag.models import ensure_local_model, lookup
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
     port = free_port()
     gguf = ensure_local_model(lookup("local/qwen2.5-coder-0.5b"))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "qwen",
-         "--host", "127.0.0.1", "--port", str(port), "--n_threads", "2", "--n_ctx", "4096"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}/v1"
-    try:
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(f"{base}/models", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("llama_cpp.server did not start")
+    with running_server([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "qwen",
+                         "--host", "127.0.0.1", "--port", str(port), "--n_threads", "2", "--n_ctx", "4096"],
+                        f"{base}/models"):
         yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def test_ask_through_an_openai_compatible_api_base(server: str, tmp_path: Path) -> None:

@@ -1,7 +1,6 @@
 """Web search: the real Tavily client against a fake Tavily on 127.0.0.1, the snapshot provider, selection."""
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -12,7 +11,7 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from conftest import DATA, scratch_config
+from conftest import DATA, free_port, scratch_config
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
 from dspy_rag.pipelines import BaselineRAG
@@ -91,11 +90,8 @@ def test_a_slow_provider_times_out(tavily: FakeTavily) -> None:
 
 
 def test_no_network_is_reported() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        closed = probe.getsockname()[1]
     with pytest.raises(WebSearchError, match="cannot reach Tavily"):
-        TavilySearch(KEY, f"http://127.0.0.1:{closed}").search("anything", 3)
+        TavilySearch(KEY, f"http://127.0.0.1:{free_port()}").search("anything", 3)
 
 
 def test_provider_selection(tmp_path: Path) -> None:
