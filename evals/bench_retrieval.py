@@ -125,9 +125,10 @@ def build_index(config: Config, passages: list[CorpusPassage], progress: Progres
     return index
 
 
-def gold_questions(questions: list[Question], limit: int | None) -> list[Question]:
-    """Questions that name gold passages (recall is undefined without them), the first `limit` of them."""
-    usable = [q for q in questions if q.gold_passages]
+def gold_questions(questions: list[Question], limit: int | None, only: set[str] | None = None) -> list[Question]:
+    """Questions that name gold passages (recall is undefined without them), optionally only the ids in
+    `only` (e.g. those a reranker was not trained on), the first `limit` of them."""
+    usable = [q for q in questions if q.gold_passages and (only is None or q.id in only)]
     return usable[:limit] if limit is not None else usable
 
 
@@ -171,11 +172,12 @@ def best_single(strategies: dict[str, dict[str, Any]]) -> str:
 
 
 def run(questions_path: Path, corpus_path: Path, work_dir: Path, reranker: "Reranker | None" = None,
-        top_k: int = 20, limit: int | None = None, progress: ProgressFn = lambda *_: None) -> dict[str, Any]:
+        top_k: int = 20, limit: int | None = None, progress: ProgressFn = lambda *_: None,
+        only: set[str] | None = None) -> dict[str, Any]:
     """Recall@2/5/10, all-gold-in-top-10 and latency of each strategy over the questions with gold passages."""
     kind, questions = load_questions(questions_path)
     passages = load_corpus(corpus_path)
-    usable = gold_questions(questions, limit)
+    usable = gold_questions(questions, limit, only)
     if not usable:
         raise UserError(f"{questions_path} has no questions with gold passages to score")
     config = bench_config(work_dir, top_k)
@@ -377,12 +379,22 @@ def ingest_progress(progress: Progress) -> ProgressFn:
     return update
 
 
+def held_out_ids(reranker: "Reranker | None") -> set[str]:
+    """The questions a trained reranker never saw, from its training manifest."""
+    from dspy_rag.reranker import training_manifest
+
+    manifest = Path(reranker.name) / "training.json" if reranker else None
+    if manifest is None or not manifest.is_file():
+        raise UserError("--held-out-only needs a reranker trained by `dspy-rag train-reranker`")
+    return set(training_manifest(manifest.parent)["held_out_question_ids"])
+
+
 def dataset_run(questions: Path, corpus: Path, work: Path, reranker: "Reranker | None", top_k: int,
-                limit: int | None) -> dict[str, Any]:
+                limit: int | None, only: set[str] | None = None) -> dict[str, Any]:
     err.print(f"index: {work}", markup=False, highlight=False)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as progress:
-        return run(questions, corpus, work, reranker, top_k, limit, ingest_progress(progress))
+        return run(questions, corpus, work, reranker, top_k, limit, ingest_progress(progress), only)
 
 
 def figures_table(title: str, columns: list[str]) -> Table:
@@ -431,6 +443,7 @@ def retrieval(
     top_k: Annotated[int, typer.Option("--top-k", min=1, max=200, help="passages each strategy retrieves")] = 20,
     work: Annotated[Path | None, typer.Option("--work", metavar="DIR", help="index folder (default: temp dir keyed by the corpus hash)")] = None,
     use_reranker: Annotated[bool, typer.Option("--reranker/--no-reranker", help="also score hybrid+rerank with the configured reranker")] = True,
+    held_out_only: Annotated[bool, typer.Option("--held-out-only", help="only the questions the trained reranker was not trained on")] = False,
     sizes: Annotated[str | None, typer.Option("--scaling", metavar="N,N", help="also time backends on synthetic corpora of these chunk counts")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", metavar="FILE", help="write the figures to this JSON file")] = None,
 ) -> None:
@@ -442,7 +455,8 @@ def retrieval(
         questions_file = require_file(questions, "--questions")
         work_dir = work or default_work_dir(corpus_file)
         reranker = chosen_reranker(use_reranker, bench_config(work_dir, top_k))
-        figures["retrieval"] = dataset_run(questions_file, corpus_file, work_dir, reranker, top_k, limit)
+        only = held_out_ids(reranker) if held_out_only else None
+        figures["retrieval"] = dataset_run(questions_file, corpus_file, work_dir, reranker, top_k, limit, only)
         print_run(figures["retrieval"])
     if scaling_sizes:
         err.print(f"scaling: building synthetic corpora of {', '.join(f'{n:,}' for n in scaling_sizes)} chunks …")

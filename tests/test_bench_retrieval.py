@@ -155,3 +155,20 @@ def test_scaling_reports_positive_latencies():
     assert row["build_seconds"]["vector"] > 0 and row["build_seconds"]["keyword"] > 0
     for name in ("vector_ms", "keyword_ms", "hybrid_ms"):
         assert 0 < row[name]["median"] <= row[name]["p90"] < 5000
+
+
+def test_only_named_questions_are_scored() -> None:
+    from dspy_rag.evals.bench_retrieval import gold_questions
+    from dspy_rag.trainsets.formats import Question
+
+    questions = [Question(str(n), f"q{n}", "a", gold_passages=("p",) if n != 2 else ()) for n in range(5)]
+    assert [q.id for q in gold_questions(questions, None, {"1", "2", "4"})] == ["1", "4"]
+    assert [q.id for q in gold_questions(questions, 1, None)] == ["0"]
+
+
+def test_held_out_only_needs_a_trained_reranker() -> None:
+    from dspy_rag.errors import UserError
+    from dspy_rag.evals.bench_retrieval import held_out_ids
+
+    with pytest.raises(UserError, match="train-reranker"):
+        held_out_ids(None)
