@@ -2,7 +2,6 @@
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -13,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dspy_rag.config import Config, load_config
-from dspy_rag.errors import UserError
+from dspy_rag.errors import UserError, exit_with_error
 from dspy_rag.evals.bench_retrieval import bench_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -271,20 +270,14 @@ def _quiet_libraries() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def fail(message: str, code: int) -> None:
-    """One line on stderr and a non-zero exit: what went wrong and what to do."""
-    print("error: " + " ".join(message.split()), file=sys.stderr)
-    sys.exit(code)
-
-
 def main() -> None:
     _quiet_libraries()
     try:
         app()  # typer reports usage mistakes itself (exit 2) and turns Ctrl-C into "Aborted!" (exit 1)
     except UserError as exc:
-        fail(str(exc), 2)
+        exit_with_error(str(exc), 2)
     except Exception as exc:  # the last line of defence: one line, never a traceback, unless asked for
         if os.environ.get("DSPY_RAG_DEBUG"):
             raise
         first_line = str(exc).splitlines()[0] if str(exc).strip() else ""
-        fail(f"unexpected {type(exc).__name__}: {first_line} (set DSPY_RAG_DEBUG=1 for the traceback)", 1)
+        exit_with_error(f"unexpected {type(exc).__name__}: {first_line} (set DSPY_RAG_DEBUG=1 for the traceback)", 1)

@@ -277,11 +277,14 @@ class Index:
                 write_json_atomic(self.catalog_path, self.catalog)
         report.seconds = time.perf_counter() - started
 
-    def _chunks(self, document: Document, sha256: str, report: IngestReport) -> list[Chunk] | None:
-        """The document's chunks, or None when the index already holds this exact content."""
-        if self.sources.get(document.source, {}).get("sha256") == sha256:
-            report.unchanged.append(document.source)
-            return None
+    def _unchanged(self, source: str, sha256: str, report: IngestReport) -> bool:
+        """True (and reported) when the index already holds this exact content for `source`."""
+        if self.sources.get(source, {}).get("sha256") != sha256:
+            return False
+        report.unchanged.append(source)
+        return True
+
+    def _chunks(self, document: Document, report: IngestReport) -> list[Chunk]:
         chunks = chunk_document(document, self.config.ingest.chunk_chars, self.config.ingest.chunk_overlap)
         (report.replaced if document.source in self.sources else report.added).append(document.source)
         report.chunks_written += len(chunks)
@@ -298,16 +301,15 @@ class Index:
                 try:
                     data, kind = self._load(item)
                     sha256 = hashlib.sha256(data).hexdigest()
-                    if self.sources.get(source, {}).get("sha256") == sha256:
-                        report.unchanged.append(source)
-                        continue
+                    if self._unchanged(source, sha256, report):
+                        continue  # before parsing: a large unchanged filing costs only its hash
                     document = parse(data, source, kind)
                 except UserError as exc:
                     if len(files) == 1:
                         raise
                     report.failed[item] = str(exc)
                     continue
-                chunks = self._chunks(document, sha256, report) or []
+                chunks = self._chunks(document, report)
                 self._write_chunks(chunks, progress)
                 self._commit(self._replace(source, sha256, kind, chunks))  # one commit a file
         return report
@@ -318,9 +320,8 @@ class Index:
             staged = []
             for document in documents:
                 sha256 = hashlib.sha256(document.text.encode()).hexdigest()
-                chunks = self._chunks(document, sha256, report)
-                if chunks is not None:
-                    staged.append((document, sha256, chunks))
+                if not self._unchanged(document.source, sha256, report):
+                    staged.append((document, sha256, self._chunks(document, report)))
             # Small documents: embed them in shared batches and commit once for the lot.
             self._write_chunks([c for *_, chunks in staged for c in chunks], progress)
             superseded = [i for d, sha256, chunks in staged for i in self._replace(d.source, sha256, d.kind, chunks)]

@@ -30,10 +30,20 @@ class WebSearch(Protocol):
     def search(self, query: str, k: int) -> list[Passage]: ...
 
 
+def dated_label(title: str, date: str | None) -> str:
+    """Web pages cite as [title (date)]."""
+    return f"{title} ({date})" if date else title
+
+
+def _day(timestamp: str | None) -> str | None:
+    """'2023-09-26T17:01:22+00:00' -> '2023-09-26'."""
+    return timestamp[:10] if timestamp else None
+
+
 def web_passage(url: str, title: str, published: str | None, text: str, score: float) -> Passage:
-    """Web results cite as [title (date)] with the url as their source."""
-    label = f"{title} ({published[:10]})" if published else title
-    return Passage(f"web-{hashlib.sha256(url.encode()).hexdigest()[:16]}", text, url, label, score)
+    """A web result, with its url as the source."""
+    return Passage(f"web-{hashlib.sha256(url.encode()).hexdigest()[:16]}", text, url,
+                   dated_label(title, _day(published)), score)
 
 
 class TavilySearch:
@@ -102,14 +112,13 @@ def snapshot_documents(files: list[Path]) -> list[Document]:
                     raise UserError(f"{file}:{number} is not a snapshot record with url and content") from exc
                 title = record.get("title") or url
                 published = record.get("published_at") or record.get("published_date")
-                label = f"{title} ({published[:10]})" if published else title
-                documents.append(_whole(url, "web", f"{title}\n{content}", label))
+                documents.append(_whole(url, "web", f"{title}\n{content}", dated_label(title, _day(published))))
         else:
             text = parse(read_bytes(file), str(file.resolve()), kind_of(file)).text
             meta = _front_matter(text)
             title = meta.get("blog_title") or meta.get("title") or file.stem
-            label = f"{title} ({meta['date']})" if meta.get("date") else title
-            documents.append(_whole(str(file.resolve()), "web", _FRONT_MATTER.sub("", text), label))
+            documents.append(_whole(str(file.resolve()), "web", _FRONT_MATTER.sub("", text),
+                                    dated_label(title, meta.get("date"))))
     return documents
 
 

@@ -11,7 +11,6 @@ backends (Chroma, BM25, RRF) on synthetic corpora far larger than the datasets, 
 
 import hashlib
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +28,7 @@ from rich.table import Table
 from dspy_rag.bm25 import LuceneBM25
 from dspy_rag.config import Config, load_config
 from dspy_rag.documents import Document, Section
-from dspy_rag.errors import UserError
+from dspy_rag.errors import UserError, exit_with_error
 from dspy_rag.files import write_json_atomic
 from dspy_rag.index import Index, ProgressFn
 from dspy_rag.retrieval import Passage, Retriever, Strategy, reciprocal_rank_fusion
@@ -383,10 +382,9 @@ def held_out_ids(reranker: "Reranker | None") -> set[str]:
     """The questions a trained reranker never saw, from its training manifest."""
     from dspy_rag.reranker import training_manifest
 
-    manifest = Path(reranker.name) / "training.json" if reranker else None
-    if manifest is None or not manifest.is_file():
+    if reranker is None or not (Path(reranker.name) / "training.json").is_file():
         raise UserError("--held-out-only needs a reranker trained by `dspy-rag train-reranker`")
-    return set(training_manifest(manifest.parent)["held_out_question_ids"])
+    return set(training_manifest(Path(reranker.name))["held_out_question_ids"])
 
 
 def dataset_run(questions: Path, corpus: Path, work: Path, reranker: "Reranker | None", top_k: int,
@@ -470,5 +468,4 @@ if __name__ == "__main__":
     try:
         bench_app()
     except UserError as exc:
-        print("error: " + " ".join(str(exc).split()), file=sys.stderr)
-        sys.exit(2)
+        exit_with_error(str(exc), 2)
