@@ -26,6 +26,11 @@ class Question:
     gold_sections: tuple[str, ...] = ()
     # Passages shown with the question that are not gold: hard negatives for reranker training.
     distractors: tuple[str, ...] = field(default=(), compare=False)
+    # Generic JSONL only: the question's kind (e.g. "single-section", "10k+web"), its split ("train" or "dev")
+    # and the titles or URLs of web pages that hold part of the evidence.
+    kind: str = ""
+    split: str = ""
+    gold_web: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,8 @@ def _multihop_rag(row: dict[str, Any]) -> Question:
 
 def _generic(row: dict[str, Any]) -> Question:
     return Question(str(row["id"]), row["question"], str(row["answer"]), tuple(row.get("aliases") or ()),
-                    tuple(row.get("gold_passages") or ()), tuple(row.get("gold_sections") or ()))
+                    tuple(row.get("gold_passages") or ()), tuple(row.get("gold_sections") or ()),
+                    kind=row.get("kind") or "", split=row.get("split") or "", gold_web=tuple(row.get("gold_web") or ()))
 
 
 _READERS: dict[Format, Callable[[dict[str, Any]], Question]] = {
