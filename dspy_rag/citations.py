@@ -76,3 +76,65 @@ def resolve(
         Citation(label_of(p), p.source, p.section, p.id) for p in (passages[n - 1] for n in dict.fromkeys(used))
     ]
     return rendered, citations
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
+_MARKERS_AFTER_STOP = re.compile(r"([.!?])\s*((?:\[\d+(?:\s*[,;]\s*\d+)*\]\s*)+)")
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+_STOPWORDS = frozenset(
+    "a an the and or but of in on at to for from by with as is are was were be been its it this that these those "
+    "which who what when where how than then also has have had not no into over under about their there such".split())
+_ADMITS_GAP = re.compile(r"\b(not|no|none)\b.*\b(evidence|information|mention\w*|cover\w*|found|say|state\w*)\b", re.I)
+MIN_OVERLAP = 0.4  # small models paraphrase; below this share of content words, a passage is not the source
+
+
+@dataclass(frozen=True)
+class SentenceCheck:
+    sentence: str
+    cited: list[int]
+    supported_by: list[int]
+    reason: str | None  # why the sentence is flagged; None when its citations hold
+
+
+def _content_words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9$%]+", _squash(text)) if w not in _STOPWORDS and len(w) > 2}
+
+
+def _numbers(text: str) -> set[str]:
+    return {n.replace(",", "") for n in _NUMBER.findall(text)}
+
+
+def supports(sentence: str, passage: Passage) -> bool:
+    """Every figure of the sentence appears in the passage and enough of its words do."""
+    sentence = _MARKER.sub(" ", sentence)
+    words = _content_words(sentence)
+    if not _numbers(sentence) <= _numbers(passage.text):
+        return False
+    return not words or len(words & _content_words(passage.text)) / len(words) >= MIN_OVERLAP
+
+
+def check_citations(answer: str, passages: Sequence[Passage]) -> list[SentenceCheck]:
+    """Check each sentence of an answer written with [n] markers against the passages it cites."""
+    checks = []
+    answer = _MARKERS_AFTER_STOP.sub(lambda m: f" {m.group(2).strip()}{m.group(1)} ", answer)  # "x. [2]" -> "x [2]."
+    for sentence in (s.strip() for s in _SENTENCE_END.split(answer) if s.strip()):
+        cited = [int(x) for group in _MARKER.findall(sentence) for x in re.split(r"\s*[,;]\s*", group)]
+        valid = [n for n in dict.fromkeys(cited) if 1 <= n <= len(passages)]
+        supported = [n for n in valid if supports(sentence, passages[n - 1])]
+        reason = None
+        if not cited:
+            if len(sentence.split()) >= 4 and not _ADMITS_GAP.search(sentence):
+                reason = "no citation"
+        elif len(valid) < len(set(cited)):
+            reason = "cites a passage that was not retrieved"
+        elif not supported:
+            reason = "the cited passage does not state this"
+        plain = re.sub(r"\s+([.,;:!?])", r"\1", _MARKER.sub("", sentence)).strip()
+        checks.append(SentenceCheck(plain, cited, supported, reason))
+    return checks
+
+
+def citation_validity(checks: Sequence[SentenceCheck]) -> float | None:
+    """Share of citations that point at a retrieved passage which states the sentence; None if none."""
+    cited = sum(len(set(c.cited)) for c in checks)
+    return sum(len(c.supported_by) for c in checks) / cited if cited else None

@@ -1,5 +1,6 @@
-"""DSPy programs (the baseline and, later, the deep-thinking loop) and the tools they call."""
+"""DSPy programs (the single-shot baseline and the deep-thinking loop) and the tools they call."""
 
 from dspy_rag.pipelines.baseline import BaselineRAG
+from dspy_rag.pipelines.deep import DeepResearch
 
-__all__ = ["BaselineRAG"]
+__all__ = ["BaselineRAG", "DeepResearch"]

@@ -1,0 +1,183 @@
+"""The deep-thinking program: plan, then per step rewrite, supervise, recall, rerank, distill, reflect
+and decide; finally synthesize a cited answer and check its citations.
+
+Budgets (steps, LM calls, wall clock) end the loop early with an answer from what was found. A module
+whose output cannot be parsed after one retry degrades to a safe fallback, and the trajectory says so.
+"""
+
+from collections.abc import Callable
+from typing import Literal
+
+import dspy
+
+from dspy_rag.citations import check_citations, citation_validity, number_passages, resolve
+from dspy_rag.config import BudgetConfig
+from dspy_rag.pipelines.lm_calls import BudgetExhausted, LMCalls
+from dspy_rag.pipelines.trajectory import Scored, StepRecord, Trajectory
+from dspy_rag.reranker import Reranker
+from dspy_rag.retrieval import Passage, Retriever, fuse
+from dspy_rag.signatures import (
+    ChooseStrategy,
+    DecideNext,
+    DistillPassages,
+    PlanResearch,
+    Reflect,
+    RewriteQuery,
+    Step,
+    SynthesizeAnswer,
+)
+from dspy_rag.web import WebSearch, WebSearchError
+
+PolicyMode = Literal["llm", "plan"]
+Events = Callable[[str, str], None]
+MAX_SECTIONS_SHOWN = 40  # a corpus of many small documents has a title per passage: too many to plan with
+EVIDENCE_PER_STEP = 2
+MAX_EVIDENCE = 6
+
+
+def first_sentence(text: str) -> str:
+    return text.strip().split(". ")[0].rstrip(".") + "." if text.strip() else ""
+
+
+class DeepResearch(dspy.Module):
+    def __init__(self, retriever: Retriever, reranker: Reranker | None = None, web: WebSearch | None = None,
+                 top_n: int = 4, budgets: BudgetConfig | None = None, policy: PolicyMode = "llm",
+                 on_event: Events = lambda kind, text: None) -> None:
+        super().__init__()
+        self.retriever = retriever
+        self.reranker = reranker
+        self.web = web
+        self.top_n = top_n
+        self.budgets = budgets or BudgetConfig()
+        self.policy = policy
+        self.on_event = on_event
+        self.plan = dspy.Predict(PlanResearch)
+        self.rewrite = dspy.Predict(RewriteQuery)
+        self.supervise = dspy.Predict(ChooseStrategy)
+        self.distill = dspy.Predict(DistillPassages)
+        self.reflect = dspy.Predict(Reflect)
+        self.decide = dspy.Predict(DecideNext)
+        self.synthesize = dspy.Predict(SynthesizeAnswer)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        record = Trajectory(question, self.policy, self.reranker.name if self.reranker else "none",
+                            self.web.name if self.web else "off")
+        calls = LMCalls(self.budgets, record.calls)
+        findings: list[str] = []
+        evidence: list[Passage] = []
+        try:
+            steps = self._plan(question, findings, calls, record)
+            while steps:
+                if len(record.steps) >= self.budgets.max_steps:
+                    raise BudgetExhausted(f"step budget ({self.budgets.max_steps}) reached, "
+                                          f"{len(steps)} planned step(s) not done")
+                step_record, used = self._research(steps.pop(0), len(record.steps), findings, calls)
+                record.steps.append(step_record)
+                findings.append(step_record.finding)
+                evidence += [p for p in used if p.id not in {e.id for e in evidence}]
+                step_record.decision, step_record.decision_reason = self._decide(question, steps, findings, calls)
+                self.on_event("decision", f"{step_record.decision}: {step_record.decision_reason}")
+                if step_record.decision == "FINISH":
+                    break
+                if step_record.decision == "REVISE":
+                    steps = self._plan(question, findings, calls, record)
+        except BudgetExhausted as exc:
+            record.stopped_early = str(exc)
+            self.on_event("stop", f"stopped early: {exc}")
+        record.degraded = [f"{c.module} (step {c.step})" if c.step is not None else c.module
+                           for c in record.calls if c.degraded]
+        return self._answer(question, findings, evidence[:MAX_EVIDENCE], calls, record)
+
+    def _plan(self, question: str, findings: list[str], calls: LMCalls, record: Trajectory) -> list[Step]:
+        titles = self.retriever.index.section_titles
+        one_step = [Step(sub_question=question, tool="search_docs", justification="fallback: the question as is")]
+        planned, _ = calls("plan", self.plan, lambda: dspy.Prediction(steps=one_step), question=question,
+                           sections=titles if len(titles) <= MAX_SECTIONS_SHOWN else [],
+                           web_available=self.web is not None, findings=findings)
+        steps = [s for s in planned.steps if s.sub_question.strip()] or one_step
+        record.plans.append([s.model_dump() for s in steps])
+        verb = "plan" if len(record.plans) == 1 else "revised plan"
+        self.on_event("plan", f"{verb}: " + " | ".join(f"{s.sub_question} ({s.tool})" for s in steps))
+        return steps
+
+    def _recall(self, step: Step, query: str, calls: LMCalls, record: StepRecord) -> list[Passage]:
+        if step.tool == "search_web":
+            if self.web is None:
+                record.notes.append("web search is off; searched the documents instead")
+            else:
+                try:
+                    return self.web.search(query, self.retriever.top_k)
+                except WebSearchError as exc:
+                    record.web_error = str(exc)
+                    self.on_event("web", f"web search failed ({exc}); searching the documents instead")
+        chosen, _ = calls("supervise", self.supervise, lambda: dspy.Prediction(strategy="hybrid", reason="fallback"),
+                          step=record.index, query=query)
+        record.strategy, record.strategy_reason = chosen.strategy, chosen.reason
+        self.on_event("strategy", f"{chosen.strategy} ({chosen.reason})")
+        rankings = [self.retriever.search(query, chosen.strategy)]
+        if step.section:  # a wrong section guess must not hide the answer, so the filtered ranking joins the open one
+            rankings.insert(0, self.retriever.search(query, chosen.strategy, step.section))
+        return fuse(rankings, self.retriever.rrf_k)[: self.retriever.top_k]
+
+    def _research(self, step: Step, index: int, findings: list[str], calls: LMCalls
+                  ) -> tuple[StepRecord, list[Passage]]:
+        record = StepRecord(index, step.sub_question, step.tool, step.keywords, step.section, step.justification)
+        started = calls.elapsed
+        self.on_event("step", f"step {index + 1}: {step.sub_question}")
+        rewritten, _ = calls("rewrite", self.rewrite, lambda: dspy.Prediction(query=step.sub_question), step=index,
+                             sub_question=step.sub_question, keywords=step.keywords, findings=findings)
+        record.query = rewritten.query.strip() or step.sub_question
+        self.on_event("query", record.query)
+        candidates = self._recall(step, record.query, calls, record)
+        top = (self.reranker.rerank(record.query, candidates, self.top_n) if self.reranker and candidates
+               else candidates[: self.top_n])
+        record.retrieved, record.reranked = [Scored.of(p) for p in candidates], [Scored.of(p) for p in top]
+        self.on_event("sources", "; ".join(f"{p.section or p.source} ({p.score:.2f})" for p in top) or "none")
+        if not top:
+            record.context, record.finding = "nothing found", f"Nothing was found for: {step.sub_question}"
+            record.seconds = round(calls.elapsed - started, 3)
+            return record, []
+        distilled, _ = calls("distill", self.distill, lambda: dspy.Prediction(
+            context=" ".join(first_sentence(p.text) for p in top[:EVIDENCE_PER_STEP]), used_passages=[1, 2]),
+            step=index, sub_question=step.sub_question, passages=number_passages(top))
+        used = [top[n - 1] for n in dict.fromkeys(distilled.used_passages) if 1 <= n <= len(top)]
+        used = used[:EVIDENCE_PER_STEP] or top[:1]
+        record.context, record.used_passages = distilled.context, [p.id for p in used]
+        self.on_event("context", distilled.context)
+        reflected, _ = calls("reflect", self.reflect, lambda: dspy.Prediction(finding=first_sentence(distilled.context)),
+                             step=index, sub_question=step.sub_question, context=distilled.context)
+        record.finding = reflected.finding
+        self.on_event("finding", reflected.finding)
+        record.seconds = round(calls.elapsed - started, 3)
+        return record, used
+
+    def _decide(self, question: str, remaining: list[Step], findings: list[str], calls: LMCalls) -> tuple[str, str]:
+        by_plan = ("CONTINUE", "plan has steps left") if remaining else ("FINISH", "plan done")
+        if self.policy == "plan":
+            return by_plan
+        decided, _ = calls("policy", self.decide, lambda: dspy.Prediction(decision=by_plan[0],
+                                                                                reason=f"fallback: {by_plan[1]}"),
+                                  question=question, remaining_steps=[s.sub_question for s in remaining],
+                                  findings=findings)
+        if decided.decision == "CONTINUE" and not remaining:
+            return "FINISH", f"{decided.reason} (no steps left)"
+        return decided.decision, decided.reason
+
+    def _answer(self, question: str, findings: list[str], evidence: list[Passage], calls: LMCalls,
+                record: Trajectory) -> dspy.Prediction:
+        if not evidence:
+            answer, citations, checks = "The research found no passage that answers the question.", [], []
+        else:
+            number = {p.id: n for n, p in enumerate(evidence, start=1)}
+            fallback = " ".join(f"{s.finding} [{number[s.used_passages[0]]}]" for s in record.steps
+                                if s.used_passages and s.used_passages[0] in number)
+            written, _ = calls("synthesize", self.synthesize, lambda: dspy.Prediction(answer=fallback), final=True,
+                               question=question, findings=findings, evidence=number_passages(evidence))
+            answer, citations = resolve(written.answer, [], evidence)
+            checks = check_citations(written.answer, evidence)
+        record.answer, record.citations = answer, [vars(c) for c in citations]
+        record.flagged = [{"sentence": c.sentence, "reason": c.reason} for c in checks if c.reason]
+        record.citation_validity = citation_validity(checks)
+        record.seconds = round(calls.elapsed, 3)
+        return dspy.Prediction(answer=answer, citations=citations, flagged=record.flagged, passages=evidence,
+                               findings=findings, trajectory=record)

@@ -1,0 +1,94 @@
+"""The trajectory record: everything one run did, as versioned JSON.
+
+Compile and policy learning train on these records, so fields are only ever added; a change that
+renames or drops one bumps TRAJECTORY_VERSION.
+"""
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dspy_rag.retrieval import Passage
+
+TRAJECTORY_VERSION = 1
+
+
+@dataclass
+class CallRecord:
+    """One module's LM request(s): a retry after unparseable output counts as a second attempt."""
+
+    module: str
+    step: int | None
+    seconds: float
+    attempts: int
+    prompt_tokens: int
+    completion_tokens: int
+    degraded: bool
+
+
+@dataclass
+class Scored:
+    id: str
+    source: str
+    section: str
+    score: float
+
+    @classmethod
+    def of(cls, passage: Passage) -> "Scored":
+        return cls(passage.id, passage.source, passage.section, round(passage.score, 6))
+
+
+@dataclass
+class StepRecord:
+    index: int
+    sub_question: str
+    tool: str
+    keywords: list[str]
+    section: str | None
+    justification: str
+    query: str = ""
+    strategy: str | None = None
+    strategy_reason: str = ""
+    retrieved: list[Scored] = field(default_factory=list)
+    reranked: list[Scored] = field(default_factory=list)
+    context: str = ""
+    used_passages: list[str] = field(default_factory=list)
+    finding: str = ""
+    decision: str = ""
+    decision_reason: str = ""
+    web_error: str | None = None
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class Trajectory:
+    question: str
+    policy: str
+    reranker: str
+    web: str
+    plans: list[list[dict[str, Any]]] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+    calls: list[CallRecord] = field(default_factory=list)
+    answer: str = ""
+    citations: list[dict[str, str]] = field(default_factory=list)
+    flagged: list[dict[str, Any]] = field(default_factory=list)
+    citation_validity: float | None = None
+    stopped_early: str | None = None
+    degraded: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def lm_calls(self) -> int:
+        return sum(c.attempts for c in self.calls)
+
+    @property
+    def tokens(self) -> int:
+        return sum(c.prompt_tokens + c.completion_tokens for c in self.calls)
+
+    @property
+    def lm_seconds(self) -> float:
+        return sum(c.seconds for c in self.calls)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": TRAJECTORY_VERSION, **asdict(self), "lm_calls": self.lm_calls, "tokens": self.tokens,
+                "lm_seconds": round(self.lm_seconds, 3)}

@@ -1,0 +1,29 @@
+"""Plan: turn the question into research steps, each with a tool, keywords and a likely section."""
+
+from typing import Literal
+
+import dspy
+from pydantic import BaseModel, Field
+
+Tool = Literal["search_docs", "search_web"]
+
+
+class Step(BaseModel):
+    sub_question: str = Field(description="one self-contained question this step answers")
+    tool: Tool = Field(description="search_docs for the user's documents, search_web for newer or outside facts")
+    keywords: list[str] = Field(default_factory=list, description="names, figures and terms to search for")
+    section: str | None = Field(None, description="the document section most likely to hold the answer, if known")
+    justification: str = Field("", description="why this step is needed, in a few words")
+
+
+class PlanResearch(dspy.Signature):
+    """Break the question into the fewest research steps that answer it, in order; one step when one
+    search suffices, two or three when the question joins facts. Use search_docs for facts in the user's
+    documents and search_web only for facts the documents cannot hold (newer events, other companies).
+    When findings are given, plan only the steps still needed."""
+
+    question: str = dspy.InputField()
+    sections: list[str] = dspy.InputField(desc="sections of the user's documents (empty when unknown)")
+    web_available: bool = dspy.InputField(desc="whether search_web can be used")
+    findings: list[str] = dspy.InputField(desc="what earlier steps found (empty at the start)")
+    steps: list[Step] = dspy.OutputField(desc="one to four steps")

@@ -1,0 +1,186 @@
+"""The deep program's loop driven by a scripted LM over the real 10-K index: every branch of the policy,
+the budgets, degradation on unparseable output, web errors and the citation check."""
+
+import json
+import re
+from typing import Any
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+
+from dspy_rag.config import BudgetConfig
+from dspy_rag.index import Index
+from dspy_rag.pipelines import DeepResearch
+from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
+from dspy_rag.retrieval import Passage, Retriever
+from dspy_rag.web import WebSearchError
+
+QUESTION = "How did Data Center revenue change in fiscal 2023, and what competition risk does NVIDIA list?"
+GARBAGE = {"unexpected": "field"}
+
+
+def plan(*sub_questions: str, tool: str = "search_docs", section: str | None = None) -> dict[str, Any]:
+    return {"steps": [{"sub_question": q, "tool": tool, "keywords": ["Data Center"], "section": section,
+                       "justification": "needed"} for q in sub_questions]}
+
+
+def step(query: str = "Data Center revenue fiscal 2023", strategy: str | None = "hybrid",
+         finding: str = "Data Center revenue was $15.01 billion.") -> list[dict[str, Any]]:
+    """Rewrite, supervise (docs only), distill, reflect."""
+    replies: list[dict[str, Any]] = [{"query": query}]
+    if strategy:
+        replies.append({"strategy": strategy, "reason": "exact figures"})
+    return replies + [{"context": "Data Center revenue was $15.01 billion [1].", "used_passages": [1]},
+                      {"finding": finding}]
+
+
+def decide(decision: str) -> dict[str, str]:
+    return {"decision": decision, "reason": "scripted"}
+
+
+def synthesize(answer: str = "Data Center revenue was $15.01 billion [1].") -> dict[str, str]:
+    return {"answer": answer}
+
+
+def run(index: Index, replies: list[dict[str, Any]], **options: Any) -> tuple[dspy.Prediction, DummyLM]:
+    lm = DummyLM(replies, adapter=dspy.JSONAdapter())
+    events: list[tuple[str, str]] = []
+    program = DeepResearch(Retriever(index, top_k=10), on_event=lambda kind, text: events.append((kind, text)),
+                           **options)
+    with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+        prediction = program(question=QUESTION)
+    prediction.events = events
+    return prediction, lm
+
+
+def test_continue_then_finish_runs_every_module_once_per_step(tenk_index: Index) -> None:
+    replies = [plan("What was Data Center revenue?", "Which competition risks are listed?", section="Item 1A"),
+               *step(), decide("CONTINUE"), *step("competition risk", "keyword"), decide("FINISH"), synthesize()]
+    prediction, lm = run(tenk_index, replies)
+    trajectory = prediction.trajectory
+    assert len(lm.history) == len(replies) == trajectory.lm_calls == 12
+    assert [s.decision for s in trajectory.steps] == ["CONTINUE", "FINISH"]
+    assert [s.strategy for s in trajectory.steps] == ["hybrid", "keyword"]
+    assert trajectory.steps[1].section == "Item 1A" and len(trajectory.steps[1].retrieved) == 10
+    assert [c.module for c in trajectory.calls] == ["plan"] + ["rewrite", "supervise", "distill", "reflect",
+                                                               "policy"] * 2 + ["synthesize"]
+    assert trajectory.stopped_early is None and trajectory.degraded == []
+    cited = prediction.passages[0]
+    assert prediction.citations[0].chunk_id == cited.id and f"[{cited.section}]" in prediction.answer
+    assert [kind for kind, _ in prediction.events][:6] == ["plan", "step", "query", "strategy", "sources", "context"]
+    # the findings reach the later modules: the second rewrite sees the first finding
+    assert "$15.01 billion" in lm.history[6]["messages"][-1]["content"]
+
+
+def test_finish_early_skips_the_rest_of_the_plan(tenk_index: Index) -> None:
+    prediction, _ = run(tenk_index, [plan("Data Center revenue?", "Competition?"), *step(), decide("FINISH"),
+                                     synthesize()])
+    assert len(prediction.trajectory.steps) == 1 and prediction.trajectory.stopped_early is None
+
+
+def test_revise_replans_from_the_findings(tenk_index: Index) -> None:
+    replies = [plan("Gaming revenue?"), *step(), decide("REVISE"), plan("Data Center revenue?"), *step(),
+               decide("FINISH"), synthesize()]
+    prediction, lm = run(tenk_index, replies)
+    trajectory = prediction.trajectory
+    assert [p[0]["sub_question"] for p in trajectory.plans] == ["Gaming revenue?", "Data Center revenue?"]
+    assert [s.decision for s in trajectory.steps] == ["REVISE", "FINISH"]
+    replan_prompt = lm.history[6]["messages"][-1]["content"]
+    assert "$15.01 billion" in replan_prompt  # the re-plan sees what was found
+
+
+def test_llm_continue_with_no_steps_left_finishes(tenk_index: Index) -> None:
+    prediction, _ = run(tenk_index, [plan("Data Center revenue?"), *step(), decide("CONTINUE"), synthesize()])
+    assert prediction.trajectory.steps[0].decision == "FINISH"
+
+
+def test_plan_policy_makes_no_policy_calls(tenk_index: Index) -> None:
+    prediction, lm = run(tenk_index, [plan("A?", "B?"), *step(), *step(), synthesize()], policy="plan")
+    assert "policy" not in [c.module for c in prediction.trajectory.calls]
+    assert [s.decision for s in prediction.trajectory.steps] == ["CONTINUE", "FINISH"] and len(lm.history) == 10
+
+
+def test_step_budget_stops_early_and_still_answers(tenk_index: Index) -> None:
+    prediction, _ = run(tenk_index, [plan("A?", "B?", "C?"), *step(), decide("CONTINUE"), synthesize()],
+                        budgets=BudgetConfig(max_steps=1))
+    assert "step budget (1)" in prediction.trajectory.stopped_early and "2 planned" in prediction.trajectory.stopped_early
+    assert "$15.01 billion" in prediction.answer
+
+
+def test_lm_call_budget_keeps_one_call_for_the_answer(tenk_index: Index) -> None:
+    replies = [plan("A?", "B?"), *step(), decide("CONTINUE"), *step(), synthesize()]
+    prediction, lm = run(tenk_index, replies, budgets=BudgetConfig(max_lm_calls=8))
+    trajectory = prediction.trajectory
+    assert "LM-call budget (8)" in trajectory.stopped_early
+    assert trajectory.lm_calls == len(lm.history) == 8 and trajectory.calls[-1].module == "synthesize"
+
+
+def test_time_budget_stops_before_the_first_step(tenk_index: Index) -> None:
+    prediction, lm = run(tenk_index, [synthesize()], budgets=BudgetConfig(wall_clock_seconds=1e-9))
+    assert "time budget" in prediction.trajectory.stopped_early
+    assert prediction.trajectory.steps == [] and len(lm.history) == 0
+    assert "no passage" in prediction.answer
+
+
+def test_unparseable_output_is_retried_then_degrades(tenk_index: Index) -> None:
+    replies = [GARBAGE, GARBAGE, *step(), decide("FINISH"), synthesize()]
+    prediction, lm = run(tenk_index, replies)
+    trajectory = prediction.trajectory
+    assert trajectory.plans == [[{"sub_question": QUESTION, "tool": "search_docs", "keywords": [], "section": None,
+                                  "justification": "fallback: the question as is"}]]
+    assert trajectory.calls[0].attempts == 2 and trajectory.degraded == ["plan"]
+    assert len(lm.history) == trajectory.lm_calls == 8
+
+
+def test_a_retry_that_parses_is_not_degraded(tenk_index: Index) -> None:
+    replies = [plan("A?"), {"query": "q"}, GARBAGE, {"strategy": "vector", "reason": "r"}, *step()[2:],
+               decide("FINISH"), synthesize()]
+    prediction, _ = run(tenk_index, replies)
+    supervise = prediction.trajectory.calls[2]
+    assert (supervise.module, supervise.attempts, supervise.degraded) == ("supervise", 2, False)
+    assert prediction.trajectory.steps[0].strategy == "vector"
+
+
+class FailingWeb:
+    name = "failing"
+
+    def search(self, query: str, k: int) -> list[Passage]:
+        raise WebSearchError("Tavily rejected the API key (401)")
+
+
+def test_web_error_is_recorded_and_the_step_searches_the_documents(tenk_index: Index) -> None:
+    replies = [plan("What is AMD's newest accelerator?", tool="search_web"), *step(), decide("FINISH"),
+               synthesize()]
+    prediction, _ = run(tenk_index, replies, web=FailingWeb())
+    record = prediction.trajectory.steps[0]
+    assert record.web_error == "Tavily rejected the API key (401)" and record.retrieved
+    assert prediction.trajectory.web == "failing"
+
+
+def test_web_step_without_web_searches_the_documents(tenk_index: Index) -> None:
+    prediction, _ = run(tenk_index, [plan("AMD news?", tool="search_web"), *step(), decide("FINISH"), synthesize()])
+    assert prediction.trajectory.steps[0].notes == ["web search is off; searched the documents instead"]
+
+
+@pytest.mark.parametrize(("answer", "reason"), [
+    ("Data Center revenue was $999.99 billion [1].", "the cited passage does not state this"),
+    ("Data Center revenue was $15.01 billion [9].", "cites a passage that was not retrieved"),
+    ("Data Center revenue was $15.01 billion in fiscal 2023.", "no citation"),
+])
+def test_unsupported_sentences_are_flagged(tenk_index: Index, answer: str, reason: str) -> None:
+    prediction, _ = run(tenk_index, [plan("A?"), *step(), decide("FINISH"), synthesize(answer)])
+    assert prediction.flagged == [{"sentence": answer.replace(" [1]", "").replace(" [9]", ""), "reason": reason}]
+    assert prediction.trajectory.citation_validity in (0.0, None)
+
+
+def test_trajectory_is_versioned_json(tenk_index: Index) -> None:
+    first, _ = run(tenk_index, [plan("A?"), *step(), decide("FINISH"), synthesize()])
+    quote = " ".join(re.findall(r"[A-Za-z]+", first.passages[0].text)[:15])  # deterministic: cite what [1] says
+    prediction, _ = run(tenk_index, [plan("A?"), *step(), decide("FINISH"), synthesize(f"As filed: {quote} [1].")])
+    record = json.loads(json.dumps(prediction.trajectory.to_json()))
+    assert record["version"] == TRAJECTORY_VERSION and record["lm_calls"] == 7
+    assert record["citation_validity"] == 1.0 and record["flagged"] == []
+    assert set(record["steps"][0]) >= {"query", "strategy", "retrieved", "reranked", "context", "finding",
+                                       "decision"}
+    assert record["steps"][0]["reranked"][0]["id"] == record["steps"][0]["used_passages"][0]
