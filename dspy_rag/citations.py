@@ -113,12 +113,38 @@ def supports(sentence: str, passage: Passage) -> bool:
     return not words or len(words & _content_words(passage.text)) / len(words) >= MIN_OVERLAP
 
 
+def sentences(answer: str) -> list[str]:
+    """The answer's sentences, each keeping the [n] markers written right after its full stop."""
+    answer = _MARKERS_AFTER_STOP.sub(lambda m: f" {m.group(2).strip()}{m.group(1)} ", answer)  # "x. [2]" -> "x [2]."
+    return [s.strip() for s in _SENTENCE_END.split(answer) if s.strip()]
+
+
+def _cited(sentence: str) -> list[int]:
+    return [int(x) for group in _MARKER.findall(sentence) for x in re.split(r"\s*[,;]\s*", group)]
+
+
+def attribute(answer: str, passages: Sequence[Passage]) -> tuple[str, list[str]]:
+    """Give each sentence written without a marker the first passage that states it, if one does.
+
+    Small models often drop the markers; the support check that flags a sentence can as well find its
+    source. Returns the answer and the sentences that were attributed this way.
+    """
+    out, attributed = [], []
+    for sentence in sentences(answer):
+        source = next((n for n, p in enumerate(passages, start=1) if supports(sentence, p)), None)
+        if not _cited(sentence) and source is not None:
+            body, stop = (sentence[:-1], sentence[-1]) if sentence[-1] in ".!?" else (sentence, "")
+            sentence = f"{body} [{source}]{stop}"
+            attributed.append(body)
+        out.append(sentence)
+    return " ".join(out), attributed
+
+
 def check_citations(answer: str, passages: Sequence[Passage]) -> list[SentenceCheck]:
     """Check each sentence of an answer written with [n] markers against the passages it cites."""
     checks = []
-    answer = _MARKERS_AFTER_STOP.sub(lambda m: f" {m.group(2).strip()}{m.group(1)} ", answer)  # "x. [2]" -> "x [2]."
-    for sentence in (s.strip() for s in _SENTENCE_END.split(answer) if s.strip()):
-        cited = [int(x) for group in _MARKER.findall(sentence) for x in re.split(r"\s*[,;]\s*", group)]
+    for sentence in sentences(answer):
+        cited = _cited(sentence)
         valid = [n for n in dict.fromkeys(cited) if 1 <= n <= len(passages)]
         supported = [n for n in valid if supports(sentence, passages[n - 1])]
         reason = None

@@ -9,15 +9,18 @@ from typing import Annotated, Any, Literal
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dspy_rag.config import Config, load_config
 from dspy_rag.errors import UserError, exit_with_error
+from dspy_rag.evals.bench_answers import answers_command
 from dspy_rag.evals.bench_retrieval import bench_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A deep-thinking research assistant over your documents and the web.")
 # soft_wrap: piped output keeps its long lines instead of being hard-wrapped at 80 columns.
+bench_app.command("answers")(answers_command)
 app.add_typer(bench_app, name="bench")
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -191,24 +194,37 @@ def _run(program: Any, question: str, settings: Config) -> Any:
         raise UserError(f"{first_line}; check the model name, its server (lm.api_base) and its API key") from exc
 
 
+def program_for(pipeline: str, settings: Config, store: Any, searcher: Any, policy: str, say: Any) -> Any:
+    from dspy_rag.pipelines import BaselineRAG, DeepResearch
+    from dspy_rag.reranker import load_reranker
+    from dspy_rag.retrieval import Retriever
+
+    retriever = Retriever(store, settings.retrieval.top_k, settings.retrieval.rrf_k)
+    if pipeline == "baseline":
+        return BaselineRAG(retriever, settings.retrieval.top_n, searcher)
+    return DeepResearch(retriever, load_reranker(settings), searcher, settings.retrieval.top_n, settings.budgets,
+                        policy, on_event=lambda kind, text: say(f"[bold]{kind}[/bold] {escape(text)}"))
+
+
 @app.command("ask")
 def ask(
     question: Annotated[str, typer.Argument(help="the question to research")],
-    pipeline: Annotated[Literal["baseline"], typer.Option(help="which program answers")] = "baseline",
+    pipeline: Annotated[Literal["deep", "baseline"], typer.Option(help="which program answers")] = "deep",
+    policy: Annotated[Literal["llm", "plan"], typer.Option(help="deep: who decides to go on or stop")] = "llm",
     config: ConfigOption = None,
     index: IndexOption = None,
     model: ModelOption = None,
     web: Annotated[str | None, typer.Option("--web", help="tavily, off, or PATH of a snapshot (.jsonl or folder)")] = None,
+    trace: Annotated[Path | None, typer.Option("--trace", help="deep: save the trajectory as JSON here")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Research a question over the index (and the web, when on) and print a cited answer."""
     import dspy
 
     from dspy_rag.citations import source_name
+    from dspy_rag.files import write_json_atomic
     from dspy_rag.index import Index
     from dspy_rag.models import build_lm
-    from dspy_rag.pipelines import BaselineRAG
-    from dspy_rag.retrieval import Retriever
     from dspy_rag.web import web_search
 
     started = time.perf_counter()
@@ -220,37 +236,45 @@ def ask(
     say(f"loading {settings.lm.model}")
     lm = build_lm(settings.lm)
     dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
-    retriever = Retriever(store, settings.retrieval.top_k, settings.retrieval.rrf_k)
-    program = BaselineRAG(retriever, settings.retrieval.top_n, searcher)
+    program = program_for(pipeline, settings, store, searcher, policy, say)
     also = f" and web search ({searcher.name})" if searcher else ""
-    say(f"hybrid retrieval over {len(store.catalog['chunks'])} chunks{also}, answering from the top "
-        f"{settings.retrieval.top_n}")
+    say(f"{pipeline} research over {len(store.catalog['chunks'])} chunks{also}")
     history_start = len(lm.history)
     result = _run(program, text, settings)
     seconds = time.perf_counter() - started
     usage = _usage(lm, history_start)
-    if result.web_error:
-        say(f"web search failed: {result.web_error}; answered from the documents")
+    trajectory = result.trajectory.to_json() if pipeline == "deep" else None
+    if trace is not None and trajectory is not None:
+        write_json_atomic(trace, trajectory)
+    web_error = result.web_error if pipeline == "baseline" else next(
+        (s["web_error"] for s in trajectory["steps"] if s["web_error"]), None)
+    if web_error and pipeline == "baseline":
+        say(f"web search failed: {web_error}; answered from the documents")
+    reranker = (trajectory["reranker"] if trajectory else
+                "none (the baseline answers from hybrid recall without a precision stage)")
     if as_json:
         print(json.dumps({
             "question": text, "pipeline": pipeline, "model": settings.lm.model, "answer": result.answer,
-            "citations": [vars(c) for c in result.citations],
+            "citations": [vars(c) for c in result.citations], "flagged": getattr(result, "flagged", []),
             "retrieved": [{"id": p.id, "source": p.source, "section": p.section, "score": p.score}
                           for p in result.passages],
-            "web": {"provider": searcher.name if searcher else "off", "error": result.web_error},
-            "reranker": "none (the baseline answers from hybrid recall without a precision stage)",
-            **usage, "tokens": usage["prompt_tokens"] + usage["completion_tokens"], "seconds": round(seconds, 2),
+            "web": {"provider": searcher.name if searcher else "off", "error": web_error},
+            "reranker": reranker, **usage, "tokens": usage["prompt_tokens"] + usage["completion_tokens"],
+            "seconds": round(seconds, 2), "trajectory": trajectory,
         }, indent=1))
         return
     out.print()
     out.print(result.answer, highlight=False, markup=False)
+    for flag in getattr(result, "flagged", []):
+        out.print(f"[yellow]unsupported:[/yellow] {escape(flag['sentence'])} ({flag['reason']})", highlight=False)
     if result.citations:
         out.print("\n[bold]Sources[/bold]")
         for citation in result.citations:
             out.print(f"  [{citation.label}] {source_name(citation.source)} · {citation.chunk_id}",
                       highlight=False, markup=False)
+    stopped = f" · stopped early: {trajectory['stopped_early']}" if trajectory and trajectory["stopped_early"] else ""
     out.print(f"\n[dim]{pipeline} · {settings.lm.model} · {usage['lm_calls']} LM call(s) · "
-              f"{usage['prompt_tokens'] + usage['completion_tokens']} tokens · {seconds:.1f} s[/dim]")
+              f"{usage['prompt_tokens'] + usage['completion_tokens']} tokens · {seconds:.1f} s{escape(stopped)}[/dim]")
 
 
 def _quiet_libraries() -> None:

@@ -18,17 +18,26 @@ from dspy_rag.prompt_cache import PromptCache
 # until max_tokens cuts the JSON off and nothing parses.
 MAX_ARRAY_ITEMS = 5
 MAX_STRING_CHARS = 800
+# Rationale and query fields: a small model otherwise rambles for hundreds of tokens, at ~30 tokens/s.
+FIELD_CHARS = {"reason": 160, "justification": 160, "query": 200, "sub_question": 240, "finding": 400}
 
 
 def bound_schema(schema: Any, items: int = MAX_ARRAY_ITEMS, chars: int = MAX_STRING_CHARS) -> Any:
-    """A copy of a JSON schema in which arrays hold at most `items` items and free strings `chars` characters."""
+    """A copy of a JSON schema in which arrays hold at most `items` items (and arrays of objects at least one),
+    and free strings at most `chars` characters."""
     if isinstance(schema, list):
         return [bound_schema(item, items, chars) for item in schema]
     if not isinstance(schema, dict):
         return schema
     capped = {key: bound_schema(value, items, chars) for key, value in schema.items()}
+    for name, field in capped.get("properties", {}).items():
+        if name in FIELD_CHARS and field.get("type") == "string" and "enum" not in field:
+            field["maxLength"] = min(field["maxLength"], FIELD_CHARS[name])
     if capped.get("type") == "array":
         capped["maxItems"] = min(capped.get("maxItems", items), items)
+        item = capped.get("items", {})
+        if item.get("type") == "object" or "$ref" in item:  # an empty plan or list of records is never an answer
+            capped["minItems"] = max(capped.get("minItems", 1), 1)
     if capped.get("type") == "string" and "enum" not in capped:
         capped["maxLength"] = min(capped.get("maxLength", chars), chars)
     return capped

@@ -10,7 +10,7 @@ from typing import Literal
 
 import dspy
 
-from dspy_rag.citations import check_citations, citation_validity, number_passages, resolve
+from dspy_rag.citations import attribute, check_citations, citation_validity, number_passages, resolve
 from dspy_rag.config import BudgetConfig
 from dspy_rag.pipelines.lm_calls import BudgetExhausted, LMCalls
 from dspy_rag.pipelines.trajectory import Scored, StepRecord, Trajectory
@@ -166,18 +166,20 @@ class DeepResearch(dspy.Module):
     def _answer(self, question: str, findings: list[str], evidence: list[Passage], calls: LMCalls,
                 record: Trajectory) -> dspy.Prediction:
         if not evidence:
-            answer, citations, checks = "The research found no passage that answers the question.", [], []
+            draft, citations, checks = "The research found no passage that answers the question.", [], []
+            answer = draft
         else:
             number = {p.id: n for n, p in enumerate(evidence, start=1)}
             fallback = " ".join(f"{s.finding} [{number[s.used_passages[0]]}]" for s in record.steps
                                 if s.used_passages and s.used_passages[0] in number)
             written, _ = calls("synthesize", self.synthesize, lambda: dspy.Prediction(answer=fallback), final=True,
                                question=question, findings=findings, evidence=number_passages(evidence))
-            answer, citations = resolve(written.answer, [], evidence)
-            checks = check_citations(written.answer, evidence)
+            draft, record.attributed = attribute(written.answer, evidence)
+            answer, citations = resolve(draft, [], evidence)
+            checks = check_citations(draft, evidence)
         record.answer, record.citations = answer, [vars(c) for c in citations]
         record.flagged = [{"sentence": c.sentence, "reason": c.reason} for c in checks if c.reason]
         record.citation_validity = citation_validity(checks)
         record.seconds = round(calls.elapsed, 3)
-        return dspy.Prediction(answer=answer, citations=citations, flagged=record.flagged, passages=evidence,
+        return dspy.Prediction(answer=answer, draft=draft, citations=citations, flagged=record.flagged, passages=evidence,
                                findings=findings, trajectory=record)

@@ -72,6 +72,7 @@ class Trajectory:
     answer: str = ""
     citations: list[dict[str, str]] = field(default_factory=list)
     flagged: list[dict[str, Any]] = field(default_factory=list)
+    attributed: list[str] = field(default_factory=list)  # uncited sentences the citation check found a source for
     citation_validity: float | None = None
     stopped_early: str | None = None
     degraded: list[str] = field(default_factory=list)

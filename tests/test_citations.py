@@ -2,7 +2,16 @@
 
 import pytest
 
-from dspy_rag.citations import Citation, number_passages, quoted_in, resolve
+from dspy_rag.citations import (
+    Citation,
+    attribute,
+    check_citations,
+    citation_validity,
+    number_passages,
+    quoted_in,
+    resolve,
+    sentences,
+)
 from dspy_rag.retrieval import Passage
 
 MDNA = "Item 7. Management's Discussion and Analysis"
@@ -110,3 +119,30 @@ def test_number_passages_headers() -> None:
         f"[2] nvda-20230129.htm | {RISK}\n{PASSAGES[1].text}",
         f"[3] {URL} | {URL}\n{PASSAGES[2].text}",
     ]
+
+
+def test_sentences_keep_markers_written_after_the_full_stop() -> None:
+    assert sentences("Revenue was $15.01 billion. [1] Export controls could harm it [2]. Done.") == [
+        "Revenue was $15.01 billion [1].", "Export controls could harm it [2].", "Done."]
+
+
+def test_check_citations_flags_each_way_a_sentence_can_fail() -> None:
+    answer = ("Data Center revenue was $15.01 billion [1]. Data Center revenue was $16 billion [1]. "
+              "Export controls could harm the business [7]. Gaming will surely double next year. "
+              "The passages do not mention AMD.")
+    reasons = [c.reason for c in check_citations(answer, PASSAGES)]
+    assert reasons == [None, "the cited passage does not state this", "cites a passage that was not retrieved",
+                       "no citation", None]
+    assert citation_validity(check_citations(answer, PASSAGES)) == pytest.approx(1 / 3)
+
+
+def test_a_citation_to_a_passage_on_another_topic_is_not_support() -> None:
+    [check] = check_citations("Supply constraints and export controls could harm our business [1].", PASSAGES)
+    assert check.supported_by == [] and check.reason == "the cited passage does not state this"
+
+
+def test_attribute_cites_the_passage_that_states_an_uncited_sentence() -> None:
+    answer, attributed = attribute("Export controls could harm our business. Gaming will double.", PASSAGES)
+    assert answer == "Export controls could harm our business [2]. Gaming will double."
+    assert attributed == ["Export controls could harm our business"]
+    assert citation_validity(check_citations(answer, PASSAGES)) == 1.0

@@ -233,3 +233,18 @@ CAPPED = {"type": "object", "properties": {"facts": {"type": "array", "maxItems"
 )
 def test_llama_response_format(response_format: dict[str, object] | None, expected: dict[str, object] | None) -> None:
     assert _llama_response_format(response_format) == expected
+
+
+def test_bound_schema_requires_one_item_in_lists_of_records_only() -> None:
+    records = {"type": "array", "items": {"$ref": "#/$defs/Step"}}
+    objects = {"type": "array", "items": {"type": "object", "properties": {}}}
+    assert bound_schema(records)["minItems"] == 1 and bound_schema(objects)["minItems"] == 1
+    assert "minItems" not in bound_schema(array())
+
+
+def test_bound_schema_keeps_rationale_fields_short() -> None:
+    schema = {"type": "object", "properties": {"reason": {"type": "string"}, "answer": {"type": "string"},
+                                               "strategy": {"type": "string", "enum": ["vector", "keyword"]}}}
+    props = bound_schema(schema)["properties"]
+    assert props["reason"]["maxLength"] == 160 and props["answer"]["maxLength"] == 800
+    assert "maxLength" not in props["strategy"]

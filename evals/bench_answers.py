@@ -1,0 +1,214 @@
+"""Answer benchmark: the baseline beside the deep program on the same model, over the dev questions of
+MuSiQue, HotpotQA and the hand-made 10-K set.
+
+    dspy-rag bench answers --set musique --set hotpotqa --set nvidia-10k --limit 10 [--pipeline deep]
+
+Dev questions: for MuSiQue and HotpotQA those the reranker holds out (never trained on), for the 10-K set
+its `dev` split. Rows are appended to a JSONL cache as they finish, so an interrupted run resumes.
+"""
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import dspy
+import typer
+from rich.console import Console
+
+from dspy_rag.citations import check_citations, citation_validity
+from dspy_rag.config import Config, load_config
+from dspy_rag.errors import UserError
+from dspy_rag.evals.bench_retrieval import build_index, default_work_dir
+from dspy_rag.evals.metrics import answer_contains, evidence_recall, exact_match, section_recall, token_f1
+from dspy_rag.files import write_json_atomic
+from dspy_rag.index import Index
+from dspy_rag.optimizers.train_reranker import is_held_out
+from dspy_rag.retrieval import Passage
+from dspy_rag.trainsets.formats import Question, load_corpus, load_questions
+from dspy_rag.trainsets.locations import REPO, shared_data, tenk_filing
+from dspy_rag.web import SnapshotSearch, WebSearch
+
+HELD_OUT_SHARE = 0.3  # the reranker's held-out share: its dev questions are ours
+PIPELINES = ("baseline", "deep")
+RESULTS = REPO / "evals" / "results"
+console = Console(stderr=True, soft_wrap=True)
+
+
+@dataclass
+class Row:
+    set: str
+    pipeline: str
+    id: str
+    question: str
+    gold: str
+    answer: str
+    em: float
+    f1: float
+    contains: float
+    evidence_recall: float | None
+    citation_validity: float | None
+    lm_calls: int
+    tokens: int
+    seconds: float
+    lm_seconds: float | None
+    steps: int
+    stopped_early: str | None
+
+
+@dataclass
+class EvalSet:
+    name: str
+    questions: list[Question]
+    index: Index
+    web: WebSearch | None
+
+
+def load_set(name: str, config: Config) -> EvalSet:
+    """Questions and the index they are asked against; corpora are ingested once into a cached scratch index."""
+    data = shared_data()
+    if name in ("musique", "hotpotqa"):
+        corpus_file = data / name / "corpus.json"
+        _, questions = load_questions(data / name / "questions.json")
+        work = load_config(overrides={"index.path": default_work_dir(corpus_file)}, environ={})
+        index = build_index(work, load_corpus(corpus_file), lambda *_: None)
+        return EvalSet(name, [q for q in questions if is_held_out(q, HELD_OUT_SHARE)], index, None)
+    if name == "nvidia-10k":
+        _, questions = load_questions(REPO / "trainsets" / "nvidia_10k.jsonl")
+        index = Index(config.model_copy(update={"index": config.index.model_copy(
+            update={"path": default_work_dir(tenk_filing())})}))
+        if not index.exists:
+            index.ingest([str(tenk_filing())])
+        web = SnapshotSearch(data / "web-snapshot", config)
+        return EvalSet(name, [q for q in questions if q.split == "dev"], index, web)
+    raise UserError(f"unknown set '{name}'; choose musique, hotpotqa or nvidia-10k")
+
+
+def looked_at(prediction: dspy.Prediction) -> list[Passage]:
+    """Every passage the program read after reranking: the deep program's steps, the baseline's context."""
+    trajectory = getattr(prediction, "trajectory", None)
+    if trajectory is None:
+        return list(prediction.passages)
+    return [Passage(s.id, "", s.source, s.section, s.score) for step in trajectory.steps for s in step.reranked]
+
+
+def score(eval_set: EvalSet, pipeline: str, question: Question, prediction: dspy.Prediction,
+          usage: dict[str, Any]) -> Row:
+    seen = looked_at(prediction)
+    if question.gold_passages:
+        recall = evidence_recall([p.source for p in seen], question.gold_passages)
+    else:
+        recall = section_recall([p.section for p in seen], question.gold_sections)
+    trajectory = getattr(prediction, "trajectory", None)
+    return Row(
+        eval_set.name, pipeline, question.id, question.question, question.answer, prediction.answer,
+        exact_match(prediction.answer, question.answer, question.aliases),
+        token_f1(prediction.answer, question.answer, question.aliases),
+        answer_contains(prediction.answer, question.answer, question.aliases), recall,
+        citation_validity(check_citations(prediction.draft, prediction.passages)),
+        int(usage["lm_calls"]), int(usage["tokens"]), round(usage["seconds"], 2),
+        None if usage["lm_seconds"] is None else round(usage["lm_seconds"], 2),
+        len(trajectory.steps) if trajectory else 1, trajectory.stopped_early if trajectory else None)
+
+
+def run_question(program: dspy.Module, question: Question) -> tuple[dspy.Prediction, dict[str, Any]]:
+    lm = dspy.settings.lm
+    start, started = len(lm.history), time.perf_counter()
+    prediction = program(question=question.question)
+    seconds = time.perf_counter() - started
+    calls = lm.history[start:]
+    usage = [c.get("usage") or {} for c in calls]
+    trajectory = getattr(prediction, "trajectory", None)
+    lm_seconds = trajectory.lm_seconds if trajectory else None  # only the deep program times its calls
+    return prediction, {"lm_calls": len(calls), "tokens": sum((u.get("prompt_tokens") or 0)
+                                                              + (u.get("completion_tokens") or 0) for u in usage),
+                        "seconds": seconds, "lm_seconds": lm_seconds}
+
+
+def outside_lm_share(rows: list[Row]) -> float | None:
+    """Share of wall time spent outside LM calls (retrieval, rerank, bookkeeping); None when calls are untimed."""
+    timed = [r for r in rows if r.lm_seconds is not None]
+    total = sum(r.seconds for r in timed)
+    return round(1 - sum(r.lm_seconds or 0.0 for r in timed) / total, 4) if timed and total else None
+
+
+def summarize(rows: list[Row]) -> dict[str, Any]:
+    def mean(values: list[float | None]) -> float | None:
+        kept = [v for v in values if v is not None]
+        return round(statistics.fmean(kept), 4) if kept else None
+
+    return {
+        "questions": len(rows),
+        **{name: mean([getattr(r, name) for r in rows])
+           for name in ("em", "f1", "contains", "evidence_recall", "citation_validity")},
+        "median_lm_calls": statistics.median(r.lm_calls for r in rows),
+        "median_tokens": statistics.median(r.tokens for r in rows),
+        "median_seconds": round(statistics.median(r.seconds for r in rows), 2),
+        "median_steps": statistics.median(r.steps for r in rows),
+        "outside_lm_share": outside_lm_share(rows),
+        "stopped_early": sum(r.stopped_early is not None for r in rows),
+    }
+
+
+def cached_rows(cache: Path) -> dict[tuple[str, str, str], Row]:
+    if not cache.exists():
+        return {}
+    rows = {}
+    for line in cache.read_text(encoding="utf-8").splitlines():
+        try:
+            row = Row(**json.loads(line))
+        except (json.JSONDecodeError, TypeError):
+            continue  # a line cut short by an interruption is simply run again
+        rows[(row.set, row.pipeline, row.id)] = row
+    return rows
+
+
+def run(sets: list[str], pipelines: list[str], limit: int | None, config: Config, cache: Path,
+        build: Callable[[str, EvalSet], dspy.Module]) -> dict[str, Any]:
+    done = cached_rows(cache)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {}
+    for name in sets:
+        eval_set = load_set(name, config)
+        questions = eval_set.questions[:limit]
+        for pipeline in pipelines:
+            program = build(pipeline, eval_set)
+            rows = []
+            for n, question in enumerate(questions, start=1):
+                key = (name, pipeline, question.id)
+                if key not in done:
+                    prediction, usage = run_question(program, question)
+                    done[key] = score(eval_set, pipeline, question, prediction, usage)
+                    with cache.open("a", encoding="utf-8") as handle:
+                        handle.write(json.dumps(asdict(done[key])) + "\n")
+                row = done[key]
+                console.print(f"{name} {pipeline} {n}/{len(questions)} f1 {row.f1:.2f} {row.seconds:.0f} s "
+                              f"{row.lm_calls} calls", highlight=False)
+                rows.append(row)
+            results.setdefault(name, {})[pipeline] = summarize(rows)
+    return results
+
+
+def answers_command(
+    sets: Annotated[list[str], typer.Option("--set", help="musique, hotpotqa, nvidia-10k (repeat)")],
+    pipeline: Annotated[list[str] | None, typer.Option(help="baseline and/or deep (default both)")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="first N dev questions of each set")] = None,
+    out: Annotated[Path, typer.Option(help="figures JSON")] = RESULTS / "answers.json",
+) -> None:
+    """Baseline beside deep: EM, F1, evidence recall, citation validity, LM calls, tokens, latency."""
+    from dspy_rag.cli import program_for
+    from dspy_rag.models import build_lm
+
+    config = load_config()
+    pipelines = pipeline or list(PIPELINES)
+    if unknown := set(pipelines) - set(PIPELINES):
+        raise UserError(f"unknown pipeline {sorted(unknown)}; choose baseline or deep")
+    dspy.configure(lm=build_lm(config.lm), adapter=dspy.JSONAdapter())
+    cache = out.with_suffix(".rows.jsonl")
+    results = run(sets, pipelines, limit, config, cache,
+                  lambda pipeline_name, s: program_for(pipeline_name, config, s.index, s.web, "llm", lambda _msg: None))
+    write_json_atomic(out, {"model": config.lm.model, "limit": limit, "sets": results})
+    print(json.dumps(results, indent=1))
