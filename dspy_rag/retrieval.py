@@ -55,6 +55,20 @@ def fuse(rankings: Sequence[Sequence[Passage]], k: int = 60) -> list[Passage]:
     return list(unique.values())
 
 
+def interleave(rankings: Sequence[Sequence[Passage]]) -> list[Passage]:
+    """Take the rankings' first items in turn, then their second ones, and so on; an id is kept once.
+
+    Unlike RRF, a passage found by two rankings does not outrank the best of one, so a guess (such as a
+    planner's section) can add candidates without pushing the open ranking's best ones out.
+    """
+    merged: dict[str, Passage] = {}
+    for rank in range(max((len(r) for r in rankings), default=0)):
+        for ranking in rankings:
+            if rank < len(ranking):
+                merged.setdefault(ranking[rank].id, ranking[rank])
+    return list(merged.values())
+
+
 class Retriever:
     """Recall for one step: one or several queries, one strategy, an optional section filter."""
 

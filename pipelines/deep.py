@@ -15,7 +15,7 @@ from dspy_rag.config import BudgetConfig
 from dspy_rag.pipelines.lm_calls import BudgetExhausted, LMCalls
 from dspy_rag.pipelines.trajectory import Scored, StepRecord, Trajectory
 from dspy_rag.reranker import Reranker
-from dspy_rag.retrieval import Passage, Retriever, fuse
+from dspy_rag.retrieval import Passage, Retriever, interleave
 from dspy_rag.signatures import (
     ChooseStrategy,
     DecideNext,
@@ -114,10 +114,11 @@ class DeepResearch(dspy.Module):
                           step=record.index, query=query)
         record.strategy, record.strategy_reason = chosen.strategy, chosen.reason
         self.on_event("strategy", f"{chosen.strategy} ({chosen.reason})")
-        rankings = [self.retriever.search(query, chosen.strategy)]
-        if step.section:  # a wrong section guess must not hide the answer, so the filtered ranking joins the open one
-            rankings.insert(0, self.retriever.search(query, chosen.strategy, step.section))
-        return fuse(rankings, self.retriever.rrf_k)[: self.retriever.top_k]
+        ranking = self.retriever.search(query, chosen.strategy)
+        if not step.section:
+            return ranking
+        # A wrong section guess must not hide the answer: the section's ranking takes turns with the open one.
+        return interleave([ranking, self.retriever.search(query, chosen.strategy, step.section)])[: self.retriever.top_k]
 
     def _research(self, step: Step, index: int, findings: list[str], calls: LMCalls
                   ) -> tuple[StepRecord, list[Passage]]:

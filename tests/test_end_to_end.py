@@ -39,7 +39,8 @@ def test_ask_the_baseline_on_the_10k(tenk_folder: Path) -> None:
 def test_ask_with_the_offline_web_snapshot(tenk_folder: Path) -> None:
     question = ("Identify NVIDIA's competition risks, then explain how AMD's MI300X MLPerf inference results "
                 "bear on one of them.")
-    ask = run("ask", "--json", "--web", str(DATA / "web-snapshot"), question, cwd=tenk_folder)
+    ask = run("ask", "--pipeline", "baseline", "--json", "--web", str(DATA / "web-snapshot"), question,
+              cwd=tenk_folder)
     assert ask.returncode == 0, ask.stderr
     result = json.loads(ask.stdout)
     sources = {r["source"] for r in result["retrieved"]}
@@ -51,8 +52,8 @@ def test_ask_with_the_offline_web_snapshot(tenk_folder: Path) -> None:
 def test_a_failing_web_provider_is_reported_and_the_answer_comes_from_the_documents(tenk_folder: Path) -> None:
     sentinel = "tvly-SENTINEL-e2e-5f4e3d"
     env = {"TAVILY_API_KEY": sentinel, "DSPY_RAG_WEB_TAVILY_BASE_URL": f"http://127.0.0.1:{free_port()}"}
-    ask = run("ask", "--json", "--web", "tavily", "What was NVIDIA's Gaming revenue in fiscal year 2023?",
-              cwd=tenk_folder, env=env)
+    ask = run("ask", "--pipeline", "baseline", "--json", "--web", "tavily",
+              "What was NVIDIA's Gaming revenue in fiscal year 2023?", cwd=tenk_folder, env=env)
     assert ask.returncode == 0, ask.stderr
     result = json.loads(ask.stdout)
     assert result["web"]["provider"] == "tavily" and "cannot reach Tavily" in result["web"]["error"]
@@ -67,5 +68,25 @@ def test_ask_shows_its_steps_and_sources(tmp_path: Path) -> None:
     assert run("ingest", "facts.md", cwd=tmp_path).returncode == 0
     ask = run("ask", "How many engineers work at the Oslo office?", cwd=tmp_path)
     assert ask.returncode == 0, ask.stderr
-    assert "hybrid retrieval" in ask.stderr and "loading local/qwen2.5-coder-0.5b" in ask.stderr
+    for shown in ("loading local/qwen2.5-coder-0.5b", "deep research", "plan", "query", "strategy", "sources",
+                  "context", "finding", "decision"):
+        assert f"› {shown}" in ask.stderr, shown
     assert "42" in ask.stdout and "[Offices]" in ask.stdout and "Sources" in ask.stdout
+
+
+def test_deep_ask_on_the_10k_records_a_complete_trajectory(tenk_folder: Path) -> None:
+    ask = run("ask", "--json", "--trace", "trace.json", "What was NVIDIA's Data Center revenue in fiscal year 2023?",
+              cwd=tenk_folder)
+    assert ask.returncode == 0, ask.stderr
+    result = json.loads(ask.stdout)
+    trajectory = result["trajectory"]
+    assert json.loads((tenk_folder / "trace.json").read_text()) == trajectory
+    assert trajectory["version"] == 1 and trajectory["steps"] and trajectory["plans"]
+    assert result["lm_calls"] == trajectory["lm_calls"] >= 4
+    assert result["tokens"] == trajectory["tokens"] and trajectory["lm_seconds"] <= result["seconds"]
+    step = trajectory["steps"][0]
+    assert step["query"] and step["finding"] and step["decision"] in ("CONTINUE", "REVISE", "FINISH")
+    assert any(p["section"].startswith("Item 7.") for s in trajectory["steps"] for p in s["reranked"])
+    assert {c["chunk_id"] for c in result["citations"]} <= {p["id"] for s in trajectory["steps"]
+                                                            for p in s["reranked"]}
+    assert "15.01 billion" in result["answer"]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dspy_rag.retrieval import reciprocal_rank_fusion
+from dspy_rag.retrieval import Passage, interleave, reciprocal_rank_fusion
 
 # x, p, q, r appear only in the first list and s, t, u, v only in the second; y is 4th and 5th.
 RANKINGS = [["x", "p", "q", "y", "r"], ["s", "t", "u", "v", "y"]]
@@ -43,3 +43,12 @@ def test_document_in_only_one_list() -> None:
 @pytest.mark.parametrize("rankings", [[], [[]], [[], []]])
 def test_nothing_to_fuse(rankings: list[list[str]]) -> None:
     assert reciprocal_rank_fusion(rankings) == []
+
+
+def test_interleave_takes_turns_and_keeps_each_id_once() -> None:
+    def ranking(*ids: str) -> list[Passage]:
+        return [Passage(i, f"text {i}", "doc", "", 1.0) for i in ids]
+
+    merged = interleave([ranking("a", "b", "c", "d"), ranking("x", "a", "y")])
+    assert [p.id for p in merged] == ["a", "x", "b", "c", "y", "d"]
+    assert interleave([]) == [] and [p.id for p in interleave([ranking("a")])] == ["a"]
