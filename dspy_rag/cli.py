@@ -229,6 +229,8 @@ def ask(
 
     started = time.perf_counter()
     text = clean_question(question)
+    if trace is not None and pipeline == "baseline":
+        raise UserError("--trace saves the deep program's trajectory; the baseline has none (drop one of the two)")
     settings = _config(config, **{"index.path": index, "lm.model": model})
     store = Index(settings).require()
     say = (lambda _msg: None) if as_json else (lambda msg: err.print(f"[dim]›[/dim] {msg}", highlight=False))
@@ -245,7 +247,10 @@ def ask(
     usage = _usage(lm, history_start)
     trajectory = result.trajectory.to_json() if pipeline == "deep" else None
     if trace is not None and trajectory is not None:
-        write_json_atomic(trace, trajectory)
+        try:
+            write_json_atomic(trace, trajectory)
+        except OSError as exc:
+            raise UserError(f"cannot write the trajectory to {trace}: {exc.strerror}; pick a writable path") from exc
     web_error = result.web_error if pipeline == "baseline" else next(
         (s["web_error"] for s in trajectory["steps"] if s["web_error"]), None)
     if web_error and pipeline == "baseline":

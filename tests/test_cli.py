@@ -53,6 +53,7 @@ def intact(workdir: Path):
     (("ask", "What is sold?", "--model", "openai/gpt-4o-mini"), ("OPENAI_API_KEY",)),
     (("ask", "What is sold?", "--index", "elsewhere"), ("dspy-rag ingest",)),
     (("ask", "What is sold?", "--config", "absent.yaml"), ("does not exist",)),
+    (("ask", "What is sold?", "--pipeline", "baseline", "--trace", "t.json"), ("--trace", "baseline")),
 ])
 def test_bad_input_gets_a_one_line_error_and_leaves_the_index_intact(
     workdir: Path, intact: None, args: tuple[str, ...], needles: tuple[str, ...]
