@@ -29,6 +29,8 @@ class LMConfig(Section):
     context_window: int = Field(4096, ge=512, description="local models only: llama.cpp n_ctx")
     cache: bool = False
     prompt_cache: bool = Field(True, description="local models: keep each signature's prompt state on disk")
+    threads: int | None = Field(None, ge=1, description="local models: CPU threads (default all cores; 1 leaves a "
+                                "core to other work, which llama.cpp's spinning threads otherwise fight)")
 
 
 class EmbeddingConfig(Section):

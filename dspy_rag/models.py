@@ -149,7 +149,7 @@ def build_lm(config: LMConfig) -> dspy.LM:
         model = lookup(config.model)
         path = ensure_local_model(model)
         cache = PromptCache(cache_root() / "prompt-cache", model.sha256) if config.prompt_cache else None
-        engine = LlamaEngine(path, context_window=config.context_window, threads=os.cpu_count() or 1,
+        engine = LlamaEngine(path, context_window=config.context_window, threads=config.threads or os.cpu_count() or 1,
                              prompt_cache=cache)
         return dspy.LM(config.model, engine=engine, temperature=config.temperature,
                        max_tokens=config.max_tokens, cache=config.cache, num_retries=0)

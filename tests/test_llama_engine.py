@@ -40,3 +40,8 @@ def test_structured_output_parses_and_lists_are_capped(local_lm: dspy.LM) -> Non
 def test_a_prompt_beyond_the_context_window_is_a_clear_error(local_lm: dspy.LM) -> None:
     with dspy.context(lm=local_lm, adapter=dspy.JSONAdapter()), pytest.raises(ContextWindowExceededError):
         dspy.Predict(Triage)(request="word " * 6000)
+
+
+def test_lm_threads_reach_llama_cpp() -> None:
+    lm = build_lm(LMConfig(threads=1, prompt_cache=False))
+    assert lm.engine.llama.n_threads == 1 and lm.engine.llama.n_threads_batch == 1
