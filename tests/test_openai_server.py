@@ -30,7 +30,8 @@ def test_ask_through_an_openai_compatible_api_base(server: str, tmp_path: Path) 
                                        "# Products\nFjordware sells the SnowPlow 3000 de-icing robot.\n")
     ingest = run_cli("ingest", "facts.md", cwd=tmp_path, env=env)
     assert ingest.returncode == 0, ingest.stderr
-    ask = run_cli("ask", "--model", "openai/qwen", "--json", "How many engineers work in Oslo?", cwd=tmp_path, env=env)
+    ask = run_cli("ask", "--pipeline", "baseline", "--model", "openai/qwen", "--json", "How many engineers work in Oslo?",
+                  cwd=tmp_path, env=env)
     assert ask.returncode == 0, ask.stderr
     result = json.loads(ask.stdout)
     assert result["model"] == "openai/qwen" and result["lm_calls"] == 1 and result["prompt_tokens"] > 100
