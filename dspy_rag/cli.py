@@ -167,16 +167,6 @@ def train_reranker_command(
           f"{', '.join(f'{x:.3f}' for x in summary.loss_by_epoch)}, {summary.seconds:.0f} s")
 
 
-def _usage(lm: Any, since: int) -> dict[str, int]:
-    calls = lm.history[since:]
-    usage = [entry.get("usage") or {} for entry in calls]
-    return {
-        "lm_calls": len(calls),
-        "prompt_tokens": sum(u.get("prompt_tokens") or 0 for u in usage),
-        "completion_tokens": sum(u.get("completion_tokens") or 0 for u in usage),
-    }
-
-
 def _run(program: Any, question: str, settings: Config) -> Any:
     """Run a program, turning the LM failures a user can act on into one-line errors."""
     from dspy.utils.exceptions import AdapterParseError, ContextWindowExceededError, LMError
@@ -224,7 +214,7 @@ def ask(
     from dspy_rag.citations import source_name
     from dspy_rag.files import write_json_atomic
     from dspy_rag.index import Index
-    from dspy_rag.models import build_lm
+    from dspy_rag.models import build_lm, usage_since
     from dspy_rag.web import web_search
 
     started = time.perf_counter()
@@ -244,7 +234,7 @@ def ask(
     history_start = len(lm.history)
     result = _run(program, text, settings)
     seconds = time.perf_counter() - started
-    usage = _usage(lm, history_start)
+    usage = usage_since(lm, history_start)
     trajectory = result.trajectory.to_json() if pipeline == "deep" else None
     if trace is not None and trajectory is not None:
         try:

@@ -140,6 +140,17 @@ def _check_remote(config: LMConfig) -> None:
         )
 
 
+def usage_since(lm: dspy.LM, start: int) -> dict[str, int]:
+    """LM requests made since `lm.history[start]` and their prompt and completion tokens."""
+    calls = lm.history[start:]
+    usage = [entry.get("usage") or {} for entry in calls]
+    return {
+        "lm_calls": len(calls),
+        "prompt_tokens": sum(u.get("prompt_tokens") or 0 for u in usage),
+        "completion_tokens": sum(u.get("completion_tokens") or 0 for u in usage),
+    }
+
+
 def build_lm(config: LMConfig) -> dspy.LM:
     """A `dspy.LM` for the configured model: in-process llama.cpp for local/..., LiteLLM otherwise."""
     if config.model.startswith(LOCAL_PREFIX):

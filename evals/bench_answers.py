@@ -7,15 +7,16 @@ Dev questions: for MuSiQue and HotpotQA those the reranker holds out (never trai
 its `dev` split. Rows are appended to a JSONL cache as they finish, so an interrupted run resumes.
 """
 
+from __future__ import annotations
+
 import json
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import dspy
 import typer
 from rich.console import Console
 
@@ -31,6 +32,9 @@ from dspy_rag.retrieval import Passage
 from dspy_rag.trainsets.formats import Question, load_corpus, load_questions
 from dspy_rag.trainsets.locations import REPO, shared_data, tenk_filing
 from dspy_rag.web import SnapshotSearch, WebSearch
+
+if TYPE_CHECKING:  # dspy costs ~0.4 s to import, and every CLI command loads this module
+    import dspy
 
 HELD_OUT_SHARE = 0.3  # the reranker's held-out share: its dev questions are ours
 PIPELINES = ("baseline", "deep")
@@ -115,16 +119,18 @@ def score(eval_set: EvalSet, pipeline: str, question: Question, prediction: dspy
 
 
 def run_question(program: dspy.Module, question: Question) -> tuple[dspy.Prediction, dict[str, Any]]:
+    import dspy
+
+    from dspy_rag.models import usage_since
+
     lm = dspy.settings.lm
     start, started = len(lm.history), time.perf_counter()
     prediction = program(question=question.question)
     seconds = time.perf_counter() - started
-    calls = lm.history[start:]
-    usage = [c.get("usage") or {} for c in calls]
+    usage = usage_since(lm, start)
     trajectory = getattr(prediction, "trajectory", None)
     lm_seconds = trajectory.lm_seconds if trajectory else None  # only the deep program times its calls
-    return prediction, {"lm_calls": len(calls), "tokens": sum((u.get("prompt_tokens") or 0)
-                                                              + (u.get("completion_tokens") or 0) for u in usage),
+    return prediction, {"lm_calls": usage["lm_calls"], "tokens": usage["prompt_tokens"] + usage["completion_tokens"],
                         "seconds": seconds, "lm_seconds": lm_seconds}
 
 
@@ -199,6 +205,8 @@ def answers_command(
     out: Annotated[Path, typer.Option(help="figures JSON")] = RESULTS / "answers.json",
 ) -> None:
     """Baseline beside deep: EM, F1, evidence recall, citation validity, LM calls, tokens, latency."""
+    import dspy
+
     from dspy_rag.cli import program_for
     from dspy_rag.models import build_lm
 

@@ -84,14 +84,12 @@ class DeepResearch(dspy.Module):
         except BudgetExhausted as exc:
             record.stopped_early = str(exc)
             self.on_event("stop", f"stopped early: {exc}")
-        record.degraded = [f"{c.module} (step {c.step})" if c.step is not None else c.module
-                           for c in record.calls if c.degraded]
         return self._answer(question, findings, evidence[:MAX_EVIDENCE], calls, record)
 
     def _plan(self, question: str, findings: list[str], calls: LMCalls, record: Trajectory) -> list[Step]:
         titles = self.retriever.index.section_titles
         one_step = [Step(sub_question=question, tool="search_docs", justification="fallback: the question as is")]
-        planned, _ = calls("plan", self.plan, lambda: dspy.Prediction(steps=one_step), question=question,
+        planned = calls("plan", self.plan, lambda: dspy.Prediction(steps=one_step), question=question,
                            sections=titles if len(titles) <= MAX_SECTIONS_SHOWN else [],
                            web_available=self.web is not None, findings=findings)
         steps = [s for s in planned.steps if s.sub_question.strip()] or one_step
@@ -110,7 +108,7 @@ class DeepResearch(dspy.Module):
                 except WebSearchError as exc:
                     record.web_error = str(exc)
                     self.on_event("web", f"web search failed ({exc}); searching the documents instead")
-        chosen, _ = calls("supervise", self.supervise, lambda: dspy.Prediction(strategy="hybrid", reason="fallback"),
+        chosen = calls("supervise", self.supervise, lambda: dspy.Prediction(strategy="hybrid", reason="fallback"),
                           step=record.index, query=query)
         record.strategy, record.strategy_reason = chosen.strategy, chosen.reason
         self.on_event("strategy", f"{chosen.strategy} ({chosen.reason})")
@@ -125,7 +123,7 @@ class DeepResearch(dspy.Module):
         record = StepRecord(index, step.sub_question, step.tool, step.keywords, step.section, step.justification)
         started = calls.elapsed
         self.on_event("step", f"step {index + 1}: {step.sub_question}")
-        rewritten, _ = calls("rewrite", self.rewrite, lambda: dspy.Prediction(query=step.sub_question), step=index,
+        rewritten = calls("rewrite", self.rewrite, lambda: dspy.Prediction(query=step.sub_question), step=index,
                              sub_question=step.sub_question, keywords=step.keywords, findings=findings)
         record.query = rewritten.query.strip() or step.sub_question
         self.on_event("query", record.query)
@@ -138,14 +136,14 @@ class DeepResearch(dspy.Module):
             record.context, record.finding = "nothing found", f"Nothing was found for: {step.sub_question}"
             record.seconds = round(calls.elapsed - started, 3)
             return record, []
-        distilled, _ = calls("distill", self.distill, lambda: dspy.Prediction(
+        distilled = calls("distill", self.distill, lambda: dspy.Prediction(
             context=" ".join(first_sentence(p.text) for p in top[:EVIDENCE_PER_STEP]), used_passages=[1, 2]),
             step=index, sub_question=step.sub_question, passages=number_passages(top))
         used = [top[n - 1] for n in dict.fromkeys(distilled.used_passages) if 1 <= n <= len(top)]
         used = used[:EVIDENCE_PER_STEP] or top[:1]
         record.context, record.used_passages = distilled.context, [p.id for p in used]
         self.on_event("context", distilled.context)
-        reflected, _ = calls("reflect", self.reflect, lambda: dspy.Prediction(finding=first_sentence(distilled.context)),
+        reflected = calls("reflect", self.reflect, lambda: dspy.Prediction(finding=first_sentence(distilled.context)),
                              step=index, sub_question=step.sub_question, context=distilled.context)
         record.finding = reflected.finding
         self.on_event("finding", reflected.finding)
@@ -156,10 +154,9 @@ class DeepResearch(dspy.Module):
         by_plan = ("CONTINUE", "plan has steps left") if remaining else ("FINISH", "plan done")
         if self.policy == "plan":
             return by_plan
-        decided, _ = calls("policy", self.decide, lambda: dspy.Prediction(decision=by_plan[0],
-                                                                                reason=f"fallback: {by_plan[1]}"),
-                                  question=question, remaining_steps=[s.sub_question for s in remaining],
-                                  findings=findings)
+        fallback = dspy.Prediction(decision=by_plan[0], reason=f"fallback: {by_plan[1]}")
+        decided = calls("policy", self.decide, lambda: fallback, question=question,
+                        remaining_steps=[s.sub_question for s in remaining], findings=findings)
         if decided.decision == "CONTINUE" and not remaining:
             return "FINISH", f"{decided.reason} (no steps left)"
         return decided.decision, decided.reason
@@ -173,7 +170,7 @@ class DeepResearch(dspy.Module):
             number = {p.id: n for n, p in enumerate(evidence, start=1)}
             fallback = " ".join(f"{s.finding} [{number[s.used_passages[0]]}]" for s in record.steps
                                 if s.used_passages and s.used_passages[0] in number)
-            written, _ = calls("synthesize", self.synthesize, lambda: dspy.Prediction(answer=fallback), final=True,
+            written = calls("synthesize", self.synthesize, lambda: dspy.Prediction(answer=fallback), final=True,
                                question=question, findings=findings, evidence=number_passages(evidence))
             draft, record.attributed = attribute(written.answer, evidence)
             answer, citations = resolve(draft, [], evidence)

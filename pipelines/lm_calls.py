@@ -9,6 +9,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_rag.config import BudgetConfig
+from dspy_rag.models import usage_since
 from dspy_rag.pipelines.trajectory import CallRecord
 
 RETRY_TEMPERATURE = 0.7  # a second greedy decode of the same prompt would repeat the same unparseable output
@@ -41,8 +42,10 @@ class LMCalls:
         return None
 
     def __call__(self, module: str, predictor: dspy.Predict, fallback: Callable[[], dspy.Prediction],
-                 step: int | None = None, final: bool = False, **inputs: Any) -> tuple[dspy.Prediction, bool]:
-        """(prediction, degraded). The final answer may use the reserved call; nothing else may."""
+                 step: int | None = None, final: bool = False, **inputs: Any) -> dspy.Prediction:
+        """The prediction, or the fallback's when the output never parsed (the record says so).
+
+        The final answer may use the reserved call; nothing else may."""
         if not final and (reason := self.exhausted()):
             raise BudgetExhausted(reason)
         lm = dspy.settings.lm
@@ -57,9 +60,7 @@ class LMCalls:
             except AdapterParseError:
                 if self.used + attempts >= self.budgets.max_lm_calls:
                     break
-        usage = [entry.get("usage") or {} for entry in lm.history[history_start:]]
-        self.records.append(CallRecord(
-            module, step, round(time.perf_counter() - started, 3), attempts,
-            sum(u.get("prompt_tokens") or 0 for u in usage), sum(u.get("completion_tokens") or 0 for u in usage),
-            degraded=result is None))
-        return (result, False) if result is not None else (fallback(), True)
+        usage = usage_since(lm, history_start)
+        self.records.append(CallRecord(module, step, round(time.perf_counter() - started, 3), attempts,
+                                       usage["prompt_tokens"], usage["completion_tokens"], degraded=result is None))
+        return result if result is not None else fallback()

@@ -75,8 +75,12 @@ class Trajectory:
     attributed: list[str] = field(default_factory=list)  # uncited sentences the citation check found a source for
     citation_validity: float | None = None
     stopped_early: str | None = None
-    degraded: list[str] = field(default_factory=list)
     seconds: float = 0.0
+
+    @property
+    def degraded(self) -> list[str]:
+        """The modules whose output never parsed and fell back, e.g. 'plan' or 'distill (step 1)'."""
+        return [c.module if c.step is None else f"{c.module} (step {c.step})" for c in self.calls if c.degraded]
 
     @property
     def lm_calls(self) -> int:
@@ -91,5 +95,5 @@ class Trajectory:
         return sum(c.seconds for c in self.calls)
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": TRAJECTORY_VERSION, **asdict(self), "lm_calls": self.lm_calls, "tokens": self.tokens,
-                "lm_seconds": round(self.lm_seconds, 3)}
+        return {"version": TRAJECTORY_VERSION, **asdict(self), "degraded": self.degraded, "lm_calls": self.lm_calls,
+                "tokens": self.tokens, "lm_seconds": round(self.lm_seconds, 3)}
