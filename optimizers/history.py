@@ -1,0 +1,173 @@
+"""`dspy-rag history`: every compile and evaluation in the ledger, grouped by artifact lineage.
+
+A lineage is the chain artifact → parent → parent ... up to a root compiled from the uncompiled program.
+Each row is measured against its parent's own compile score and against the uncompiled program, but only
+where both scores were measured alike: on the same model, trainset, split and metric.
+"""
+
+import io
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+
+from dspy_rag.config import load_config
+from dspy_rag.errors import UserError
+from dspy_rag.files import write_atomic
+from dspy_rag.optimizers.ledger import LedgerEntry, ledger_path, read
+
+UNCOMPILED = "uncompiled"
+out = Console(soft_wrap=True)
+
+
+@dataclass
+class Row:
+    entry: LedgerEntry
+    generation: int  # compiles from the uncompiled program to this artifact: 0 is the uncompiled program
+    parent_score: float | None  # the parent's own compile score, measured alike
+    uncompiled_score: float | None  # the uncompiled program's score, measured alike
+
+    @property
+    def delta_parent(self) -> float | None:
+        return None if self.parent_score is None else self.entry.score - self.parent_score
+
+    @property
+    def delta_uncompiled(self) -> float | None:
+        return None if self.uncompiled_score is None else self.entry.score - self.uncompiled_score
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self.entry), "generation": self.generation, "parent_score": self.parent_score,
+                "uncompiled_score": self.uncompiled_score, "delta_parent": self.delta_parent,
+                "delta_uncompiled": self.delta_uncompiled}
+
+
+def measured_alike(a: LedgerEntry, b: LedgerEntry) -> bool:
+    return (a.model, a.trainset, a.split, a.metric) == (b.model, b.trainset, b.split, b.metric)
+
+
+def latest(entries: list[LedgerEntry], kind: str, artifact: str | None, like: LedgerEntry) -> LedgerEntry | None:
+    """The newest entry of this kind for this artifact whose score compares with `like`'s."""
+    return next((e for e in reversed(entries) if e.kind == kind and e.artifact == artifact and measured_alike(e, like)),
+                None)
+
+
+def ancestry(artifact: str | None, parents: dict[str, str | None]) -> list[str]:
+    """The artifact, its parent, its parent's parent ... the root; a reused name cannot make it loop."""
+    chain: list[str] = []
+    while artifact is not None and artifact not in chain:
+        chain.append(artifact)
+        artifact = parents.get(artifact)
+    return chain
+
+
+def lineages(entries: list[LedgerEntry]) -> dict[str, list[Row]]:
+    """Rows in ledger order, grouped by the root of their chain (`uncompiled` for the uncompiled program)."""
+    parents = {e.artifact: e.parent for e in entries if e.kind == "compile" and e.artifact is not None}
+    grouped: dict[str, list[Row]] = {}
+    for index, entry in enumerate(entries):
+        chain = ancestry(entry.artifact, parents)
+        # A parent or root compile counts only if it came first: a reused name may since mean another program.
+        so_far = entries[: index + 1]
+        parent = latest(so_far, "compile", entry.parent, entry) if entry.kind == "compile" and entry.parent else None
+        uncompiled = score_of_uncompiled(entry, chain[-1], so_far, entries) if chain else None
+        grouped.setdefault(chain[-1] if chain else UNCOMPILED, []).append(
+            Row(entry, len(chain), parent.score if parent else None, uncompiled))
+    return grouped
+
+
+def score_of_uncompiled(entry: LedgerEntry, root: str, so_far: list[LedgerEntry],
+                        entries: list[LedgerEntry]) -> float | None:
+    """An evaluation of the uncompiled program, whenever it ran, else the score the root compile started from."""
+    evaluated = latest(entries, "eval", None, entry)
+    if evaluated:
+        return evaluated.score
+    root_compile = latest(so_far, "compile", root, entry)
+    return root_compile.score_before if root_compile else None
+
+
+def score_text(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.3f}" if signed else f"{value:.3f}"
+
+
+def print_lineage(name: str, rows: list[Row]) -> None:
+    table = Table(title=f"lineage {name}", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+    for column in ("#", "kind", "artifact", "model", "trainset", "optimizer"):
+        table.add_column(column, no_wrap=True)
+    for column in ("questions", "before", "score", "Δ parent", "Δ uncompiled"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for row in rows:
+        entry = row.entry
+        table.add_row(str(row.generation), entry.kind, entry.artifact or UNCOMPILED, entry.model, entry.trainset,
+                      entry.optimizer or "-", str(entry.questions), score_text(entry.score_before),
+                      score_text(entry.score), score_text(row.delta_parent, signed=True),
+                      score_text(row.delta_uncompiled, signed=True))
+    # At its natural width even when piped or the terminal is narrower: a score cut to "0…" is worse than a
+    # wrapped line, and Console.print never goes past the console's width.
+    natural = Measurement.get(out, out.options.update_width(sys.maxsize), table).maximum
+    Console(width=max(out.width, natural)).print(table)
+
+
+def plot(grouped: dict[str, list[Row]], path: Path) -> None:
+    """The score across recompiles, one line per lineage, written as a PNG in one atomic step."""
+    curves = {name: points for name, rows in grouped.items() if (points := compile_points(rows))}
+    if path.suffix.lower() != ".png":
+        raise UserError(f"--plot writes a PNG; name the file *.png, not {path.name}")
+    if not curves:
+        raise UserError("the ledger holds no compiles to plot; run `dspy-rag compile ...` first")
+    # Imported here: matplotlib costs CLI start-up ~0.5 s, and only --plot needs it.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    figure = Figure(figsize=(7, 4), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    for name, points in curves.items():
+        axes.plot(*zip(*points, strict=True), marker="o", label=name)
+    axes.set(xlabel="recompile (0 = uncompiled)", ylabel="score")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.legend(title="lineage")
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=120)
+    try:
+        write_atomic(path, image.getvalue())
+    except OSError as exc:
+        raise UserError(f"cannot write the plot to {path}: {exc.strerror}; pick a writable path") from exc
+
+
+def compile_points(rows: list[Row]) -> list[tuple[int, float]]:
+    """(recompile number, score) of a lineage's compiles, led by the uncompiled score at 0 when known."""
+    compiles = [row for row in rows if row.entry.kind == "compile"]
+    start = [(0, compiles[0].uncompiled_score)] if compiles and compiles[0].uncompiled_score is not None else []
+    return start + [(row.generation, row.entry.score) for row in compiles]
+
+
+def history_command(
+    config: Annotated[Path | None, typer.Option("--config", help="YAML configuration (default: ./dspy-rag.yaml)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one machine-readable JSON object")] = False,
+    plot_file: Annotated[Path | None, typer.Option("--plot", metavar="FILE.png",
+                                                   help="also draw the score across recompiles")] = None,
+) -> None:
+    """Every compile and evaluation in the ledger, per artifact lineage, with its gain over parent and uncompiled."""
+    path = ledger_path(load_config(config))
+    grouped = lineages(read(path))
+    if plot_file:
+        plot(grouped, plot_file)
+    if as_json:
+        print(json.dumps({"ledger": str(path), "lineages": [
+            {"lineage": name, "rows": [row.as_json() for row in rows]} for name, rows in grouped.items()]}, indent=1))
+        return
+    if not grouped:
+        out.print(f"the ledger {path} is empty: `dspy-rag compile ...` adds an entry per compile",
+                  markup=False, highlight=False)
+    for name, rows in grouped.items():
+        print_lineage(name, rows)

@@ -1,0 +1,83 @@
+"""The ledger: one JSON line per compile and per evaluation, appended and never rewritten.
+
+Writers hold an exclusive lock and add each line with one write to an append-only descriptor, so concurrent
+compiles never interleave. A writer that crashed mid-line leaves a torn line; the next writer starts on a
+fresh line and readers skip it, so no good entry is ever lost or glued to it.
+"""
+
+import fcntl
+import json
+import os
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from dspy_rag.config import Config
+
+LEDGER_VERSION = 1
+LEDGER_FILE = "ledger.jsonl"
+
+
+@dataclass
+class LedgerEntry:
+    kind: Literal["compile", "eval"]
+    artifact: str | None  # None: the uncompiled program
+    parent: str | None  # compile only: the artifact it was recompiled from
+    model: str  # the LM the score was measured on
+    trainset: str
+    trainset_hash: str
+    split: str
+    metric: str
+    score: float  # compile: the dev score after; eval: the score
+    score_before: float | None  # compile: the dev score of the program it started from; eval: None
+    questions: int
+    optimizer: str | None = None
+    lm_calls: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    time: str = ""  # ISO-8601 UTC, filled in by append when empty
+    version: int = LEDGER_VERSION
+
+
+def ledger_path(config: Config) -> Path:
+    return config.artifacts.path / LEDGER_FILE
+
+
+def append(path: Path, entry: LedgerEntry) -> None:
+    """Add one entry as one line, safely beside other writers and after a writer that crashed mid-line."""
+    stamped = replace(entry, time=entry.time or datetime.now(UTC).isoformat(timespec="seconds"))
+    line = (json.dumps(asdict(stamped), ensure_ascii=False) + "\n").encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # and with it the lock
+
+
+def read(path: Path) -> list[LedgerEntry]:
+    """The entries this version understands, oldest first; torn lines and newer versions are skipped."""
+    try:
+        with path.open("rb") as handle:
+            # Shared: a writer's line is either wholly there or not yet.
+            fcntl.flock(handle, fcntl.LOCK_SH)
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        return []
+    return [entry for line in lines if (entry := parse(line)) is not None]
+
+
+def parse(line: bytes) -> LedgerEntry | None:
+    try:
+        record = json.loads(line)
+        if record["version"] > LEDGER_VERSION:
+            return None
+        return LedgerEntry(**record)
+    except (ValueError, TypeError, KeyError):
+        return None

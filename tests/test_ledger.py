@@ -1,0 +1,166 @@
+"""The ledger survives concurrent writers and crashes; `dspy-rag history` measures each compile's gain."""
+
+import json
+import multiprocessing
+from dataclasses import asdict, replace
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+from typer.testing import CliRunner
+
+from conftest import run_cli
+from dspy_rag.cli import app
+from dspy_rag.optimizers.ledger import LEDGER_FILE, LedgerEntry, append, read
+
+MODEL, OTHER_MODEL = "local/qwen2.5-coder-0.5b", "openai/gpt-4o-mini"
+WRITERS, PER_WRITER = 4, 50
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def entry(kind: str = "compile", artifact: str | None = "v1", parent: str | None = None, score: float = 0.5,
+          score_before: float | None = 0.4, model: str = MODEL) -> LedgerEntry:
+    return LedgerEntry(kind=kind, artifact=artifact, parent=parent, model=model, trainset="nvidia-10k",
+                       trainset_hash="abc123", split="dev", metric="weighted(f1=0.6,evidence=0.2,citations=0.2)",
+                       score=score, score_before=score_before, questions=12, optimizer="bootstrap")
+
+
+def test_entries_round_trip_with_the_time_filled_in(tmp_path: Path) -> None:
+    ledger = tmp_path / "artifacts" / LEDGER_FILE
+    written = [entry(), entry(kind="eval", artifact=None, score=0.3, score_before=None)]
+    for item in written:
+        append(ledger, item)
+    read_back = read(ledger)
+    assert [replace(item, time="") for item in read_back] == written
+    assert all(item.time.endswith("+00:00") for item in read_back)
+    stamped = replace(entry(), time="2025-01-02T03:04:05+00:00")
+    append(ledger, stamped)
+    assert read(ledger)[-1] == stamped
+
+
+def test_a_missing_ledger_reads_as_empty(tmp_path: Path) -> None:
+    assert read(tmp_path / LEDGER_FILE) == []
+    assert not (tmp_path / LEDGER_FILE).exists()
+
+
+def write_many(ledger: Path, writer: int, start: Barrier) -> None:
+    start.wait()
+    for number in range(PER_WRITER):
+        append(ledger, entry(artifact=f"w{writer}-{number}"))
+
+
+def test_concurrent_writers_never_interleave(tmp_path: Path) -> None:
+    ledger = tmp_path / LEDGER_FILE
+    context = multiprocessing.get_context("fork")
+    start = context.Barrier(WRITERS)
+    writers = [context.Process(target=write_many, args=(ledger, n, start)) for n in range(WRITERS)]
+    for process in writers:
+        process.start()
+    for process in writers:
+        process.join(timeout=120)
+        assert process.exitcode == 0
+    lines = ledger.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and len(lines) == WRITERS * PER_WRITER + 1
+    assert all(json.loads(line)["kind"] == "compile" for line in lines[:-1])
+    names = sorted(item.artifact for item in read(ledger))
+    assert names == sorted(f"w{w}-{n}" for w in range(WRITERS) for n in range(PER_WRITER))
+
+
+def test_a_line_torn_by_a_crash_is_skipped_and_never_glued_to_the_next(tmp_path: Path) -> None:
+    ledger = tmp_path / LEDGER_FILE
+    good = [entry(artifact="a"), entry(artifact="b")]
+    for item in good:
+        append(ledger, item)
+    with ledger.open("ab") as handle:
+        handle.write(b'{"kind": "compile", "artifact": "torn", "sco')
+    before = ledger.read_bytes()
+    assert [item.artifact for item in read(ledger)] == ["a", "b"]
+    assert ledger.read_bytes() == before  # reading repairs nothing
+
+    append(ledger, entry(artifact="c"))
+    after = ledger.read_bytes()
+    assert after.startswith(before + b"\n{")
+    assert [item.artifact for item in read(ledger)] == ["a", "b", "c"]
+
+
+def test_a_line_from_a_newer_version_is_skipped(tmp_path: Path) -> None:
+    ledger = tmp_path / LEDGER_FILE
+    append(ledger, entry(artifact="old"))
+    with ledger.open("a") as handle:
+        # Whole in every field this version knows: only its version says it may mean them differently.
+        handle.write(json.dumps(asdict(replace(entry(artifact="new"), version=2))) + "\n")
+    append(ledger, entry(artifact="later"))
+    assert [item.artifact for item in read(ledger)] == ["old", "later"]
+
+
+@pytest.fixture()
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "dspy-rag.yaml"
+    path.write_text(f"artifacts: {{path: {tmp_path / 'artifacts'}}}\n")
+    return path
+
+
+def history(config: Path, *flags: str) -> Result:
+    result = CliRunner().invoke(app, ["history", "--config", str(config), *flags])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.fixture()
+def two_lineages(config: Path, tmp_path: Path) -> None:
+    """v1 and v2 recompiled from it, with an uncompiled eval; w1 on another model, where no eval exists."""
+    ledger = tmp_path / "artifacts" / LEDGER_FILE
+    for item in [
+        entry(kind="eval", artifact=None, score=0.40, score_before=None),
+        entry(artifact="v1", score=0.50, score_before=0.38),
+        entry(artifact="w1", model=OTHER_MODEL, score=0.30, score_before=0.20),
+        entry(artifact="v2", parent="v1", score=0.55, score_before=0.49),
+        entry(kind="eval", artifact="v2", score=0.53, score_before=None),
+    ]:
+        append(ledger, item)
+
+
+def test_history_measures_each_compile_against_its_parent_and_the_uncompiled_program(
+    config: Path, two_lineages: None
+) -> None:
+    report = json.loads(history(config, "--json").stdout)
+    found = {lineage["lineage"]: [(row["kind"], row["artifact"], row["generation"], row["delta_parent"],
+                                   row["delta_uncompiled"]) for row in lineage["rows"]]
+             for lineage in report["lineages"]}
+    assert list(found) == ["uncompiled", "v1", "w1"]
+    assert found["uncompiled"] == [("eval", None, 0, None, None)]
+    assert found["v1"] == [
+        ("compile", "v1", 1, None, pytest.approx(0.10)),  # against the uncompiled eval, not its own 0.38
+        ("compile", "v2", 2, pytest.approx(0.05), pytest.approx(0.15)),
+        ("eval", "v2", 2, None, pytest.approx(0.13)),
+    ]
+    # No uncompiled eval on that model: the root compile's starting score stands in.
+    assert found["w1"] == [("compile", "w1", 1, None, pytest.approx(0.10))]
+
+
+def test_history_prints_a_table_per_lineage(config: Path, two_lineages: None) -> None:
+    output = history(config).stdout
+    assert all(f"lineage {name}" in output for name in ("uncompiled", "v1", "w1"))
+    assert "+0.150" in output and "+0.050" in output
+
+
+def test_history_of_an_empty_ledger_is_a_hint(config: Path) -> None:
+    lines = history(config).stdout.strip().splitlines()
+    assert len(lines) == 1 and "dspy-rag compile" in lines[0]
+    assert json.loads(history(config, "--json").stdout)["lineages"] == []
+
+
+def test_history_plots_the_score_across_recompiles(config: Path, two_lineages: None, tmp_path: Path) -> None:
+    image = tmp_path / "plots" / "history.png"
+    history(config, "--plot", str(image))
+    assert image.read_bytes().startswith(PNG_MAGIC)
+    assert [path.name for path in image.parent.iterdir()] == ["history.png"]  # no temporary file left
+
+
+def test_plotting_an_empty_ledger_is_a_one_line_error(config: Path, tmp_path: Path) -> None:
+    result = run_cli("history", "--config", str(config), "--plot", "history.png", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
+    assert "dspy-rag compile" in result.stderr
+    assert not (tmp_path / "history.png").exists()
