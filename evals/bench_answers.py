@@ -3,8 +3,9 @@ MuSiQue, HotpotQA and the hand-made 10-K set.
 
     dspy-rag bench answers --set musique --set hotpotqa --set nvidia-10k --limit 10 [--pipeline deep]
 
-Dev questions: for MuSiQue and HotpotQA those the reranker holds out (never trained on), for the 10-K set
-its `dev` split. Rows are appended to a JSONL cache as they finish, so an interrupted run resumes.
+A set is a trainset (trainsets/*.yaml, `dspy-rag trainsets`) and its questions are the dev split: for MuSiQue
+and HotpotQA those the reranker holds out (never trained on), for the 10-K set its hand-made `dev` questions.
+Rows are appended to a JSONL cache as they finish, so an interrupted run resumes.
 """
 
 from __future__ import annotations
@@ -23,20 +24,18 @@ from rich.console import Console
 from dspy_rag.citations import check_citations, citation_validity
 from dspy_rag.config import Config, load_config
 from dspy_rag.errors import UserError
-from dspy_rag.evals.bench_retrieval import build_index, default_work_dir
 from dspy_rag.evals.metrics import answer_contains, evidence_recall, exact_match, section_recall, token_f1
 from dspy_rag.files import write_json_atomic
 from dspy_rag.index import Index
-from dspy_rag.optimizers.train_reranker import is_held_out
 from dspy_rag.retrieval import Passage
-from dspy_rag.trainsets.formats import Question, load_corpus, load_questions
-from dspy_rag.trainsets.locations import REPO, shared_data, tenk_filing
-from dspy_rag.web import SnapshotSearch, WebSearch
+from dspy_rag.trainsets.formats import Question
+from dspy_rag.trainsets.locations import REPO
+from dspy_rag.trainsets.registry import Trainset, load_trainset
+from dspy_rag.web import WebSearch
 
 if TYPE_CHECKING:  # dspy costs ~0.4 s to import, and every CLI command loads this module
     import dspy
 
-HELD_OUT_SHARE = 0.3  # the reranker's held-out share: its dev questions are ours
 PIPELINES = ("baseline", "deep")
 RESULTS = REPO / "evals" / "results"
 console = Console(stderr=True, soft_wrap=True)
@@ -71,24 +70,9 @@ class EvalSet:
     web: WebSearch | None
 
 
-def load_set(name: str, config: Config) -> EvalSet:
-    """Questions and the index they are asked against; corpora are ingested once into a cached scratch index."""
-    data = shared_data()
-    if name in ("musique", "hotpotqa"):
-        corpus_file = data / name / "corpus.json"
-        _, questions = load_questions(data / name / "questions.json")
-        work = load_config(overrides={"index.path": default_work_dir(corpus_file)}, environ={})
-        index = build_index(work, load_corpus(corpus_file), lambda *_: None)
-        return EvalSet(name, [q for q in questions if is_held_out(q, HELD_OUT_SHARE)], index, None)
-    if name == "nvidia-10k":
-        _, questions = load_questions(REPO / "trainsets" / "nvidia_10k.jsonl")
-        index = Index(config.model_copy(update={"index": config.index.model_copy(
-            update={"path": default_work_dir(tenk_filing())})}))
-        if not index.exists:
-            index.ingest([str(tenk_filing())])
-        web = SnapshotSearch(data / "web-snapshot", config)
-        return EvalSet(name, [q for q in questions if q.split == "dev"], index, web)
-    raise UserError(f"unknown set '{name}'; choose musique, hotpotqa or nvidia-10k")
+def load_set(trainset: Trainset, config: Config) -> EvalSet:
+    """A trainset's dev questions and the index (and web) they are asked against."""
+    return EvalSet(trainset.name, trainset.questions("dev"), trainset.index(config), trainset.web(config))
 
 
 def looked_at(prediction: dspy.Prediction) -> list[Passage]:
@@ -172,13 +156,14 @@ def cached_rows(cache: Path) -> dict[tuple[str, str, str], Row]:
     return rows
 
 
-def run(sets: list[str], pipelines: list[str], limit: int | None, config: Config, cache: Path,
+def run(sets: list[Trainset], pipelines: list[str], limit: int | None, config: Config, cache: Path,
         build: Callable[[str, EvalSet], dspy.Module]) -> dict[str, Any]:
     done = cached_rows(cache)
     cache.parent.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
-    for name in sets:
-        eval_set = load_set(name, config)
+    for trainset in sets:
+        eval_set = load_set(trainset, config)
+        name = eval_set.name
         questions = eval_set.questions[:limit]
         for pipeline in pipelines:
             program = build(pipeline, eval_set)
@@ -199,7 +184,7 @@ def run(sets: list[str], pipelines: list[str], limit: int | None, config: Config
 
 
 def answers_command(
-    sets: Annotated[list[str], typer.Option("--set", help="musique, hotpotqa, nvidia-10k (repeat)")],
+    sets: Annotated[list[str], typer.Option("--set", help="a trainset, e.g. musique, hotpotqa, nvidia-10k (repeat)")],
     pipeline: Annotated[list[str] | None, typer.Option(help="baseline and/or deep (default both)")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="first N dev questions of each set")] = None,
     out: Annotated[Path, typer.Option(help="figures JSON")] = RESULTS / "answers.json",
@@ -214,9 +199,10 @@ def answers_command(
     pipelines = pipeline or list(PIPELINES)
     if unknown := set(pipelines) - set(PIPELINES):
         raise UserError(f"unknown pipeline {sorted(unknown)}; choose baseline or deep")
+    trainsets = [load_trainset(name) for name in sets]  # an unknown set fails before the model loads
     dspy.configure(lm=build_lm(config.lm), adapter=dspy.JSONAdapter())
     cache = out.with_suffix(".rows.jsonl")
-    results = run(sets, pipelines, limit, config, cache,
+    results = run(trainsets, pipelines, limit, config, cache,
                   lambda pipeline_name, s: program_for(pipeline_name, config, s.index, s.web, "llm", lambda _msg: None))
     write_json_atomic(out, {"model": config.lm.model, "limit": limit, "sets": results})
     print(json.dumps(results, indent=1))

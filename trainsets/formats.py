@@ -84,8 +84,11 @@ def _musique(row: dict[str, Any]) -> Question:
 
 
 def _multihop_rag(row: dict[str, Any]) -> Question:
+    # The Hub's MultiHopRAG.json names the question `query` and gives no id; a hash of the query stands in.
+    question = row.get("question") or row["query"]
+    question_id = row["id"] if "id" in row else hashlib.sha256(question.encode()).hexdigest()[:16]
     gold = tuple(dict.fromkeys(e["url"] for e in row["evidence_list"] if e.get("url")))
-    return Question(str(row["id"]), row["question"], row["answer"], (), gold)
+    return Question(str(question_id), question, row["answer"], (), gold)
 
 
 def _generic(row: dict[str, Any]) -> Question:
@@ -107,8 +110,8 @@ def load_questions(path: Path) -> tuple[Format, list[Question]]:
 
 
 def load_corpus(path: Path) -> list[CorpusPassage]:
-    """HotpotQA's {title: [sentences]}, MuSiQue's [{title, text}], a snapshot's {url, title, content} lines,
-    or generic {id, title?, text} lines."""
+    """HotpotQA's {title: [sentences]}, MuSiQue's [{title, text}], a snapshot's {url, title, content} lines
+    (MultiHop-RAG's {url, title, body}), or generic {id, title?, text} lines."""
     import json
 
     if path.suffix == ".json" and path.is_file():
@@ -118,8 +121,8 @@ def load_corpus(path: Path) -> list[CorpusPassage]:
             return [CorpusPassage(passage_id(t, "".join(s)), t, "".join(s)) for t, s in data.items()]
     passages = []
     for row in _rows(path):
-        if "url" in row and "content" in row:
-            passages.append(CorpusPassage(row["url"], row.get("title") or row["url"], row["content"]))
+        if "url" in row and ("content" in row or "body" in row):  # the Hub's MultiHop-RAG corpus says `body`
+            passages.append(CorpusPassage(row["url"], row.get("title") or row["url"], row.get("content") or row["body"]))
         elif "id" in row and "text" in row:
             passages.append(CorpusPassage(str(row["id"]), row.get("title") or "", row["text"]))
         elif "title" in row and "text" in row:
