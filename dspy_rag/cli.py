@@ -16,12 +16,16 @@ from dspy_rag.config import Config, load_config
 from dspy_rag.errors import UserError, exit_with_error
 from dspy_rag.evals.bench_answers import answers_command
 from dspy_rag.evals.bench_retrieval import bench_app
+from dspy_rag.optimizers.history import history_command
+from dspy_rag.trainsets.registry import trainsets_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A deep-thinking research assistant over your documents and the web.")
 # soft_wrap: piped output keeps its long lines instead of being hard-wrapped at 80 columns.
 bench_app.command("answers")(answers_command)
 app.add_typer(bench_app, name="bench")
+app.command("trainsets")(trainsets_command)
+app.command("history")(history_command)
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
@@ -30,6 +34,8 @@ MAX_QUESTION_CHARS = 2000
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="YAML configuration (default: ./dspy-rag.yaml)")]
 IndexOption = Annotated[Path | None, typer.Option("--index", help="index folder (default: index.path)")]
 ModelOption = Annotated[str | None, typer.Option("--model", help="local/qwen2.5-coder-0.5b, or a LiteLLM model")]
+ArtifactOption = Annotated[str | None, typer.Option(
+    "--artifact", help="deep: a compiled artifact (name or folder), auto (the default for the model) or none")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print one machine-readable JSON object")]
 
 
@@ -167,6 +173,59 @@ def train_reranker_command(
           f"{', '.join(f'{x:.3f}' for x in summary.loss_by_epoch)}, {summary.seconds:.0f} s")
 
 
+def _pairs(values: list[str] | None, what: str) -> dict[str, Any]:
+    """`name=value` options as a mapping; values are numbers where they parse as numbers."""
+    parsed: dict[str, Any] = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"{what} takes name=value, got '{item}'")
+        try:
+            parsed[key] = int(value) if value.lstrip("-").isdigit() else float(value)
+        except ValueError:
+            parsed[key] = value
+    return parsed
+
+
+@app.command("compile")
+def compile_command(
+    trainset: Annotated[str, typer.Option(help="trainset name (see `dspy-rag trainsets`) or YAML definition")],
+    optimizer: Annotated[str, typer.Option(help="labeled, bootstrap, random-search, mipro or gepa")] = "bootstrap",
+    model: ModelOption = None,
+    teacher: Annotated[str | None, typer.Option(help="a stronger model that writes demos and proposes prompts")] = None,
+    name: Annotated[str | None, typer.Option(help="artifact name (default: TRAINSET-OPTIMIZER-MODEL)")] = None,
+    parent: Annotated[str | None, typer.Option(help="recompile from this artifact")] = None,
+    weight: Annotated[list[str] | None, typer.Option(help="metric weight, e.g. f1=0.6 (repeat)")] = None,
+    threshold: Annotated[float, typer.Option(help="bootstrapped demos come from runs scoring at least this")] = 0.5,
+    setting: Annotated[list[str] | None, typer.Option("--set", help="optimizer setting, e.g. demos=3 (repeat)")] = None,
+    train_limit: Annotated[int | None, typer.Option(min=1, help="first N train questions")] = None,
+    dev_limit: Annotated[int | None, typer.Option(min=1, help="first N dev questions")] = None,
+    dry_run: Annotated[bool, typer.Option(help="estimate program runs, LM calls and time, spend nothing")] = False,
+    replace: Annotated[bool, typer.Option(help="overwrite an artifact of the same name")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Optimize the deep program's prompts and demos on a trainset; save an artifact and a ledger line."""
+    from dspy_rag.optimizers.compile import CompileRequest, compile_program, estimate, splits
+    from dspy_rag.optimizers.teleprompters import OPTIMIZERS, settings_for
+    from dspy_rag.trainsets.registry import load_trainset
+
+    settings = _config(config, **{"lm.model": model})
+    request = CompileRequest(trainset, optimizer, name, teacher, parent, _pairs(weight, "--weight") or None,
+                             threshold, _pairs(setting, "--set"), train_limit, dev_limit, replace)
+    if dry_run:
+        if optimizer not in OPTIMIZERS:
+            raise UserError(f"unknown optimizer '{optimizer}'; choose {', '.join(OPTIMIZERS)}")
+        chosen = OPTIMIZERS[optimizer]
+        data = splits(load_trainset(trainset), chosen, train_limit, dev_limit)
+        cost = estimate(chosen, settings_for(chosen, request.settings), data, settings.lm.model)
+        time_text = f"≈ {cost.seconds / 60:.0f} min" if cost.seconds else "time unknown for this model"
+        out.print(f"{optimizer} on {trainset}: {len(data.train)} train, {len(data.val)} validation, "
+                  f"{len(data.dev)} dev questions; ≤ {cost.program_runs} program runs (dev before and after "
+                  f"included), ≈ {cost.lm_calls} LM calls, {time_text} on {settings.lm.model}", highlight=False)
+        return
+    compile_program(request, settings, err, lambda msg: err.print(f"[dim]›[/dim] {msg}", highlight=False))
+
+
 def _run(program: Any, question: str, settings: Config) -> Any:
     """Run a program, turning the LM failures a user can act on into one-line errors."""
     from dspy.utils.exceptions import AdapterParseError, ContextWindowExceededError, LMError
@@ -184,16 +243,21 @@ def _run(program: Any, question: str, settings: Config) -> Any:
         raise UserError(f"{first_line}; check the model name, its server (lm.api_base) and its API key") from exc
 
 
-def program_for(pipeline: str, settings: Config, store: Any, searcher: Any, policy: str, say: Any) -> Any:
-    from dspy_rag.pipelines import BaselineRAG, DeepResearch
-    from dspy_rag.reranker import load_reranker
-    from dspy_rag.retrieval import Retriever
+def program_for(pipeline: str, settings: Config, store: Any, searcher: Any, policy: str, say: Any,
+                artifact: str | None = None) -> Any:
+    """The program, with the compiled artifact loaded into the deep one (`auto`: the default shipped for the model)."""
+    from dspy_rag.optimizers import artifacts
+    from dspy_rag.pipelines.programs import build_program
 
-    retriever = Retriever(store, settings.retrieval.top_k, settings.retrieval.rrf_k)
-    if pipeline == "baseline":
-        return BaselineRAG(retriever, settings.retrieval.top_n, searcher)
-    return DeepResearch(retriever, load_reranker(settings), searcher, settings.retrieval.top_n, settings.budgets,
-                        policy, on_event=lambda kind, text: say(f"[bold]{kind}[/bold] {escape(text)}"))
+    program = build_program(pipeline, settings, store, searcher, policy,  # type: ignore[arg-type]
+                            on_event=lambda kind, text: say(f"[bold]{kind}[/bold] {escape(text)}"))
+    chosen = artifacts.chosen(artifact or settings.artifacts.default, settings.artifacts.path, settings.lm.model)
+    if pipeline == "baseline" or chosen is None:
+        return program
+    manifest = artifacts.load(chosen, program)
+    away = "" if manifest.model == settings.lm.model else f", compiled for {manifest.model}: prompts transfer as text"
+    say(f"artifact {manifest.name} ({manifest.optimizer} on {manifest.trainset}{away})")
+    return program
 
 
 @app.command("ask")
@@ -206,6 +270,7 @@ def ask(
     model: ModelOption = None,
     web: Annotated[str | None, typer.Option("--web", help="tavily, off, or PATH of a snapshot (.jsonl or folder)")] = None,
     trace: Annotated[Path | None, typer.Option("--trace", help="deep: save the trajectory as JSON here")] = None,
+    artifact: ArtifactOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Research a question over the index (and the web, when on) and print a cited answer."""
@@ -228,7 +293,7 @@ def ask(
     say(f"loading {settings.lm.model}")
     lm = build_lm(settings.lm)
     dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
-    program = program_for(pipeline, settings, store, searcher, policy, say)
+    program = program_for(pipeline, settings, store, searcher, policy, say, artifact)
     also = f" and web search ({searcher.name})" if searcher else ""
     say(f"{pipeline} research over {len(store.catalog['chunks'])} chunks{also}")
     history_start = len(lm.history)
@@ -250,6 +315,7 @@ def ask(
     if as_json:
         print(json.dumps({
             "question": text, "pipeline": pipeline, "model": settings.lm.model, "answer": result.answer,
+            "short_answer": result.short_answer,
             "citations": [vars(c) for c in result.citations], "flagged": getattr(result, "flagged", []),
             "retrieved": [{"id": p.id, "source": p.source, "section": p.section, "score": p.score}
                           for p in result.passages],
@@ -259,6 +325,8 @@ def ask(
         }, indent=1))
         return
     out.print()
+    if result.short_answer:
+        out.print(f"[bold]Answer:[/bold] {escape(result.short_answer)}\n", highlight=False)
     out.print(result.answer, highlight=False, markup=False)
     for flag in getattr(result, "flagged", []):
         out.print(f"[yellow]unsupported:[/yellow] {escape(flag['sentence'])} ({flag['reason']})", highlight=False)

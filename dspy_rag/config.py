@@ -75,6 +75,8 @@ class WebConfig(Section):
 
 class ArtifactConfig(Section):
     path: Path = Path("artifacts")
+    default: str = Field("auto", description="deep program's prompts: auto (the artifact shipped for the model, "
+                         "if any), none (uncompiled), or an artifact name or folder")
 
 
 class Config(Section):

@@ -21,13 +21,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from dspy_rag.citations import check_citations, citation_validity
 from dspy_rag.config import Config, load_config
 from dspy_rag.errors import UserError
-from dspy_rag.evals.metrics import answer_contains, evidence_recall, exact_match, section_recall, token_f1
 from dspy_rag.files import write_json_atomic
 from dspy_rag.index import Index
-from dspy_rag.retrieval import Passage
 from dspy_rag.trainsets.formats import Question
 from dspy_rag.trainsets.locations import REPO
 from dspy_rag.trainsets.registry import Trainset, load_trainset
@@ -75,29 +72,16 @@ def load_set(trainset: Trainset, config: Config) -> EvalSet:
     return EvalSet(trainset.name, trainset.questions("dev"), trainset.index(config), trainset.web(config))
 
 
-def looked_at(prediction: dspy.Prediction) -> list[Passage]:
-    """Every passage the program read after reranking: the deep program's steps, the baseline's context."""
-    trajectory = getattr(prediction, "trajectory", None)
-    if trajectory is None:
-        return list(prediction.passages)
-    return [Passage(s.id, "", s.source, s.section, s.score) for step in trajectory.steps for s in step.reranked]
-
-
 def score(eval_set: EvalSet, pipeline: str, question: Question, prediction: dspy.Prediction,
           usage: dict[str, Any]) -> Row:
-    seen = looked_at(prediction)
-    if question.gold_passages:
-        recall = evidence_recall([p.source for p in seen], question.gold_passages)
-    else:
-        recall = section_recall([p.section for p in seen], question.gold_sections)
+    from dspy_rag.optimizers.metric import example_of, scores_of
+
+    scores = scores_of(example_of(question), prediction)
     trajectory = getattr(prediction, "trajectory", None)
     return Row(
-        eval_set.name, pipeline, question.id, question.question, question.answer, prediction.answer,
-        exact_match(prediction.answer, question.answer, question.aliases),
-        token_f1(prediction.answer, question.answer, question.aliases),
-        answer_contains(prediction.answer, question.answer, question.aliases), recall,
-        citation_validity(check_citations(prediction.draft, prediction.passages)),
-        int(usage["lm_calls"]), int(usage["tokens"]), round(usage["seconds"], 2),
+        eval_set.name, pipeline, question.id, question.question, question.answer,
+        prediction.short_answer or prediction.answer, scores.em, scores.f1, scores.contains, scores.evidence_recall,
+        scores.citation_validity, int(usage["lm_calls"]), int(usage["tokens"]), round(usage["seconds"], 2),
         None if usage["lm_seconds"] is None else round(usage["lm_seconds"], 2),
         len(trajectory.steps) if trajectory else 1, trajectory.stopped_early if trajectory else None)
 
@@ -188,6 +172,7 @@ def answers_command(
     pipeline: Annotated[list[str] | None, typer.Option(help="baseline and/or deep (default both)")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="first N dev questions of each set")] = None,
     out: Annotated[Path, typer.Option(help="figures JSON")] = RESULTS / "answers.json",
+    artifact: Annotated[str, typer.Option(help="deep: compiled artifact, or none for the uncompiled program")] = "none",
 ) -> None:
     """Baseline beside deep: EM, F1, evidence recall, citation validity, LM calls, tokens, latency."""
     import dspy
@@ -203,6 +188,7 @@ def answers_command(
     dspy.configure(lm=build_lm(config.lm), adapter=dspy.JSONAdapter())
     cache = out.with_suffix(".rows.jsonl")
     results = run(trainsets, pipelines, limit, config, cache,
-                  lambda pipeline_name, s: program_for(pipeline_name, config, s.index, s.web, "llm", lambda _msg: None))
+                  lambda pipeline_name, s: program_for(pipeline_name, config, s.index, s.web, "llm", lambda _msg: None,
+                                                       artifact))
     write_json_atomic(out, {"model": config.lm.model, "limit": limit, "sets": results})
     print(json.dumps(results, indent=1))

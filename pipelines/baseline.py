@@ -29,9 +29,9 @@ class BaselineRAG(dspy.Module):
                 web_error = str(exc)
         passages = fuse(rankings, self.retriever.rrf_k)[: self.top_n]
         if not passages:
-            return dspy.Prediction(answer="The index holds no passage that matches the question.",
+            return dspy.Prediction(answer="The index holds no passage that matches the question.", short_answer="",
                                    draft="", citations=[], passages=[], web_error=web_error)
         result = self.answer(question=question, passages=number_passages(passages))
         answer, citations = resolve(result.answer, result.cited_passages, passages, result.evidence)
-        return dspy.Prediction(answer=answer, draft=result.answer, citations=citations, passages=passages,
+        return dspy.Prediction(answer=answer, short_answer=result.short_answer, draft=result.answer, citations=citations, passages=passages,
                                web_error=web_error)

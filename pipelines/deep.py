@@ -5,8 +5,9 @@ Budgets (steps, LM calls, wall clock) end the loop early with an answer from wha
 whose output cannot be parsed after one retry degrades to a safe fallback, and the trajectory says so.
 """
 
+import copy
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import dspy
 
@@ -33,6 +34,7 @@ Events = Callable[[str, str], None]
 MAX_SECTIONS_SHOWN = 40  # a corpus of many small documents has a title per passage: too many to plan with
 EVIDENCE_PER_STEP = 2
 MAX_EVIDENCE = 6
+SHARED_TOOLS = frozenset({"retriever", "reranker", "web", "on_event"})
 
 
 def first_sentence(text: str) -> str:
@@ -58,6 +60,14 @@ class DeepResearch(dspy.Module):
         self.reflect = dspy.Predict(Reflect)
         self.decide = dspy.Predict(DecideNext)
         self.synthesize = dspy.Predict(SynthesizeAnswer)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "DeepResearch":
+        """Optimizers copy programs to tune their prompts; the tools (index, reranker, web) are shared, not copied."""
+        copied = self.__class__.__new__(self.__class__)
+        memo[id(self)] = copied
+        for name, value in self.__dict__.items():
+            copied.__dict__[name] = value if name in SHARED_TOOLS else copy.deepcopy(value, memo)
+        return copied
 
     def forward(self, question: str) -> dspy.Prediction:
         record = Trajectory(question, self.policy, self.reranker.name if self.reranker else "none",
@@ -165,19 +175,21 @@ class DeepResearch(dspy.Module):
                 record: Trajectory) -> dspy.Prediction:
         if not evidence:
             draft, citations, checks = "The research found no passage that answers the question.", [], []
-            answer = draft
+            answer, short = draft, ""
         else:
             number = {p.id: n for n, p in enumerate(evidence, start=1)}
             fallback = " ".join(f"{s.finding} [{number[s.used_passages[0]]}]" for s in record.steps
                                 if s.used_passages and s.used_passages[0] in number)
-            written = calls("synthesize", self.synthesize, lambda: dspy.Prediction(answer=fallback), final=True,
-                               question=question, findings=findings, evidence=number_passages(evidence))
+            written = calls("synthesize", self.synthesize,
+                            lambda: dspy.Prediction(answer=fallback, short_answer=findings[-1] if findings else ""),
+                            final=True, question=question, findings=findings, evidence=number_passages(evidence))
+            short = written.short_answer.strip()
             draft, record.attributed = attribute(written.answer, evidence)
             answer, citations = resolve(draft, [], evidence)
             checks = check_citations(draft, evidence)
-        record.answer, record.citations = answer, [vars(c) for c in citations]
+        record.answer, record.short_answer, record.citations = answer, short, [vars(c) for c in citations]
         record.flagged = [{"sentence": c.sentence, "reason": c.reason} for c in checks if c.reason]
         record.citation_validity = citation_validity(checks)
         record.seconds = round(calls.elapsed, 3)
-        return dspy.Prediction(answer=answer, draft=draft, citations=citations, flagged=record.flagged, passages=evidence,
+        return dspy.Prediction(answer=answer, short_answer=short, draft=draft, citations=citations, flagged=record.flagged, passages=evidence,
                                findings=findings, trajectory=record)

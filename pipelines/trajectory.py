@@ -70,6 +70,7 @@ class Trajectory:
     steps: list[StepRecord] = field(default_factory=list)
     calls: list[CallRecord] = field(default_factory=list)
     answer: str = ""
+    short_answer: str = ""  # added fields keep the version: readers of version 1 ignore what they do not know
     citations: list[dict[str, str]] = field(default_factory=list)
     flagged: list[dict[str, Any]] = field(default_factory=list)
     attributed: list[str] = field(default_factory=list)  # uncited sentences the citation check found a source for

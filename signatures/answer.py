@@ -14,3 +14,5 @@ class AnswerFromPassages(dspy.Signature):
     evidence: str = dspy.OutputField(desc="the sentence, copied from one passage, that answers the question")
     answer: str = dspy.OutputField(desc="a concise answer whose sentences end with [passage number] citations")
     cited_passages: list[int] = dspy.OutputField(desc="the numbers of the passages the answer relies on")
+    short_answer: str = dspy.OutputField(desc="the answer alone, as few words as possible: a name, figure, date, "
+                                         "or yes/no")

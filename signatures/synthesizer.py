@@ -13,3 +13,5 @@ class SynthesizeAnswer(dspy.Signature):
     findings: list[str] = dspy.InputField(desc="one sentence per research step")
     evidence: list[str] = dspy.InputField(desc="numbered passages, each headed by its source and section")
     answer: str = dspy.OutputField(desc="a concise answer whose sentences end with [passage number] citations")
+    short_answer: str = dspy.OutputField(desc="the answer alone, as few words as possible: a name, figure, date, "
+                                         "or yes/no")

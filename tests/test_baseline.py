@@ -19,7 +19,7 @@ def run_scripted(index: Index, reply: dict[str, object]) -> tuple[dspy.Predictio
 
 def test_citations_follow_the_evidence_quote(tenk_index: Index) -> None:
     reply = {"evidence": "Data Center revenue for fiscal year 2023 was $15.01 billion",
-             "answer": "It was $15.01 billion.", "cited_passages": [4]}
+             "answer": "It was $15.01 billion.", "cited_passages": [4], "short_answer": "$15.01 billion"}
     prediction, lm = run_scripted(tenk_index, reply)
     assert len(prediction.passages) == 4
     quoted = [p for p in prediction.passages if "$15.01 billion" in p.text]
@@ -30,7 +30,8 @@ def test_citations_follow_the_evidence_quote(tenk_index: Index) -> None:
 
 
 def test_inline_markers_win_over_the_listed_passages(tenk_index: Index) -> None:
-    reply = {"evidence": "", "answer": "Revenue rose [2]. Nothing more [7].", "cited_passages": [1]}
+    reply = {"evidence": "", "answer": "Revenue rose [2]. Nothing more [7].", "cited_passages": [1],
+             "short_answer": "it rose"}
     prediction, _ = run_scripted(tenk_index, reply)
     second = prediction.passages[1]
     assert [c.chunk_id for c in prediction.citations] == [second.id]

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import dspy
 
-from dspy_rag.evals.bench_answers import EvalSet, Row, cached_rows, looked_at, score, summarize
+from dspy_rag.evals.bench_answers import EvalSet, Row, cached_rows, score, summarize
+from dspy_rag.optimizers.metric import looked_at
 from dspy_rag.pipelines.trajectory import Scored, StepRecord, Trajectory
 from dspy_rag.retrieval import Passage
 from dspy_rag.trainsets.formats import Question
@@ -37,11 +38,12 @@ def test_a_truncated_cache_line_is_run_again(tmp_path: Path) -> None:
 def test_deep_rows_score_every_passage_the_steps_read() -> None:
     trajectory = Trajectory("q?", "llm", "none", "off")
     trajectory.steps = [StepRecord(0, "a?", "search_docs", [], None, "", reranked=[Scored.of(PASSAGE)])]
-    prediction = dspy.Prediction(answer="It was $15.01 billion [Item 7].", draft="It was $15.01 billion [1].",
-                                 passages=[PASSAGE], trajectory=trajectory)
+    prediction = dspy.Prediction(answer="It was $15.01 billion [Item 7].", short_answer="15.01 billion dollars",
+                                 draft="It was $15.01 billion [1].", passages=[PASSAGE], trajectory=trajectory)
     question = Question("n1", "Data Center revenue?", "$15.01 billion", gold_sections=("Item 7",))
     usage = {"lm_calls": 7, "tokens": 900, "seconds": 20.0, "lm_seconds": 18.5}
     scored = score(EvalSet("nvidia-10k", [question], None, None), "deep", question, prediction, usage)  # type: ignore[arg-type]
     assert [p.section for p in looked_at(prediction)] == [MDNA]
     assert (scored.contains, scored.evidence_recall, scored.citation_validity) == (1.0, 1.0, 1.0)
-    assert scored.em == 0.0 and 0 < scored.f1 < 1 and scored.steps == 1
+    assert scored.em == 0.0 and scored.f1 == 0.8 and scored.steps == 1  # the short answer is what is scored
+    assert scored.answer == "15.01 billion dollars"

@@ -40,7 +40,7 @@ def decide(decision: str) -> dict[str, str]:
 
 
 def synthesize(answer: str = "Data Center revenue was $15.01 billion [1].") -> dict[str, str]:
-    return {"answer": answer}
+    return {"answer": answer, "short_answer": "$15.01 billion"}
 
 
 def run(index: Index, replies: list[dict[str, Any]], **options: Any) -> tuple[dspy.Prediction, DummyLM]:
@@ -66,6 +66,7 @@ def test_continue_then_finish_runs_every_module_once_per_step(tenk_index: Index)
     assert [c.module for c in trajectory.calls] == ["plan"] + ["rewrite", "supervise", "distill", "reflect",
                                                                "policy"] * 2 + ["synthesize"]
     assert trajectory.stopped_early is None and trajectory.degraded == []
+    assert prediction.short_answer == trajectory.short_answer == "$15.01 billion"
     cited = prediction.passages[0]
     assert prediction.citations[0].chunk_id == cited.id and f"[{cited.section}]" in prediction.answer
     assert [kind for kind, _ in prediction.events][:6] == ["plan", "step", "query", "strategy", "sources", "context"]

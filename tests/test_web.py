@@ -151,7 +151,7 @@ def test_the_real_snapshot_finds_the_rocm_post() -> None:
 
 def test_the_baseline_answers_from_documents_when_the_web_fails(tenk_index: Index, tavily: FakeTavily) -> None:
     tavily.status = 429
-    reply = {"evidence": "", "answer": "From the filing [1].", "cited_passages": [1]}
+    reply = {"evidence": "", "answer": "From the filing [1].", "cited_passages": [1], "short_answer": "filing"}
     with dspy.context(lm=DummyLM([reply], adapter=dspy.JSONAdapter()), adapter=dspy.JSONAdapter()):
         result = BaselineRAG(Retriever(tenk_index), 4, TavilySearch(KEY, tavily.url))(question="AMD competition")
     assert "usage limit" in result.web_error
@@ -159,7 +159,7 @@ def test_the_baseline_answers_from_documents_when_the_web_fails(tenk_index: Inde
 
 
 def test_the_baseline_fuses_web_results_with_documents(tenk_index: Index, tavily: FakeTavily) -> None:
-    reply = {"evidence": "", "answer": "Both [1].", "cited_passages": [1]}
+    reply = {"evidence": "", "answer": "Both [1].", "cited_passages": [1], "short_answer": "both"}
     with dspy.context(lm=DummyLM([reply], adapter=dspy.JSONAdapter()), adapter=dspy.JSONAdapter()):
         result = BaselineRAG(Retriever(tenk_index), 4, TavilySearch(KEY, tavily.url))(question="AMD competition")
     sources = [p.source for p in result.passages]

@@ -1,0 +1,168 @@
+"""Compiled programs on disk: `artifacts/<name>/` with the DSPy state as JSON, a manifest and the
+trajectories the program learned from. Never pickle.
+
+An artifact is written into a hidden sibling folder and renamed into place, so an interrupted compile
+leaves nothing half-written. Loading refuses what is corrupt (state that does not match its manifest's
+checksum), foreign (not ours, or made for other modules) or newer than this version understands.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from dspy_rag.errors import UserError
+from dspy_rag.files import write_atomic
+from dspy_rag.trainsets.locations import REPO
+
+FORMAT = "dspy-rag-artifact"
+ARTIFACT_VERSION = 1
+STATE_FILE, MANIFEST_FILE, TRAJECTORIES_FILE = "program.json", "manifest.json", "trajectories.jsonl"
+SHIPPED = REPO / "artifacts"  # the compiled defaults that come with the tool
+
+
+def program_signature(program: dspy.Module) -> dict[str, list[str]]:
+    """Each predictor's input and output field names: what a state must fit to load into this program."""
+    return {name: [*p.signature.input_fields, "->", *p.signature.output_fields]
+            for name, p in program.named_predictors()}
+
+
+@dataclass
+class Manifest:
+    name: str
+    program: str
+    predictors: dict[str, list[str]]
+    model: str
+    optimizer: str
+    trainset: str
+    trainset_hash: str
+    metric: str
+    weights: dict[str, float]
+    dev_questions: int
+    dev_before: float | None
+    dev_after: float | None
+    teacher: str | None = None
+    optimizer_settings: dict[str, Any] = field(default_factory=dict)
+    parent: str | None = None
+    lm_calls: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    trajectories: int = 0
+    dev_scores: dict[str, list[float]] = field(default_factory=dict)  # question id -> [before, after]
+    dspy_version: str = dspy.__version__
+    created: str = ""
+    state_sha256: str = ""
+    format: str = FORMAT
+    version: int = ARTIFACT_VERSION
+
+
+def _state_without_lms(program: dspy.Module) -> dict[str, Any]:
+    # A predictor bound to its own LM would carry that LM's settings, keys included: artifacts hold prompts only.
+    state = program.dump_state()
+    for predictor_state in state.values():
+        if isinstance(predictor_state, dict):
+            predictor_state["lm"] = None
+    return state
+
+
+def save(folder: Path, program: dspy.Module, manifest: Manifest, trajectories: list[dict[str, Any]],
+         replace: bool = False) -> None:
+    """Write the artifact atomically: a complete folder appears at `folder`, or nothing changes."""
+    if folder.exists() and not replace:
+        raise UserError(f"artifact {folder} exists; choose another --name or pass --replace")
+    state = json.dumps(_state_without_lms(program), ensure_ascii=False, indent=1).encode("utf-8")
+    manifest.state_sha256 = hashlib.sha256(state).hexdigest()
+    manifest.created = manifest.created or datetime.now(UTC).isoformat(timespec="seconds")
+    manifest.trajectories = len(trajectories)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    try:
+        write_atomic(staging / STATE_FILE, state)
+        write_atomic(staging / TRAJECTORIES_FILE,
+                     "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in trajectories).encode("utf-8"))
+        write_atomic(staging / MANIFEST_FILE, json.dumps(asdict(manifest), indent=1).encode("utf-8"))
+        if folder.exists():  # --replace: the old folder moves aside only once the new one is complete
+            retired = folder.with_name(f".{folder.name}.retired")
+            shutil.rmtree(retired, ignore_errors=True)
+            os.replace(folder, retired)
+            os.replace(staging, folder)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            os.replace(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def locate(name_or_path: str, artifacts_dir: Path) -> Path:
+    """A path to an artifact folder, or a name under the configured artifacts folder or the shipped ones."""
+    for candidate in (Path(name_or_path), artifacts_dir / name_or_path, SHIPPED / name_or_path):
+        if candidate.is_dir():
+            return candidate
+    raise UserError(f"no artifact '{name_or_path}' (looked in {artifacts_dir} and {SHIPPED}); "
+                    "list them with `ls artifacts`, or compile one with `dspy-rag compile`")
+
+
+def default_name(model: str) -> str:
+    """The shipped artifact for a model: `deep-qwen2.5-coder-0.5b` for `local/qwen2.5-coder-0.5b`."""
+    return "deep-" + model.split("/")[-1]
+
+
+def chosen(setting: str, artifacts_dir: Path, model: str) -> Path | None:
+    """The artifact folder a setting names: `none` for the uncompiled program, `auto` for the model's default."""
+    if setting == "none":
+        return None
+    if setting == "auto":
+        return next((d for d in (artifacts_dir / default_name(model), SHIPPED / default_name(model)) if d.is_dir()),
+                    None)
+    return locate(setting, artifacts_dir)
+
+
+def read_manifest(folder: Path) -> Manifest:
+    path = folder / MANIFEST_FILE
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{folder} is not a dspy-rag artifact (no {MANIFEST_FILE}); compile one with "
+                        "`dspy-rag compile`") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path} is corrupt ({type(exc).__name__}); recompile the artifact") from exc
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise UserError(f"{folder} is not a dspy-rag artifact (its manifest is foreign); compile one with "
+                        "`dspy-rag compile`")
+    if not isinstance(raw.get("version"), int) or raw["version"] > ARTIFACT_VERSION:
+        raise UserError(f"{folder} was written by a newer dspy-rag (artifact version {raw.get('version')}, this "
+                        f"one reads up to {ARTIFACT_VERSION}); upgrade dspy-rag")
+    known = {f.name for f in fields(Manifest)}
+    try:
+        return Manifest(**{k: v for k, v in raw.items() if k in known})
+    except TypeError as exc:
+        raise UserError(f"{path} is corrupt (missing fields); recompile the artifact") from exc
+
+
+def load(folder: Path, program: dspy.Module) -> Manifest:
+    """Load the artifact's prompts and demos into `program`; its manifest says where it came from."""
+    manifest = read_manifest(folder)
+    expected = program_signature(program)
+    if manifest.predictors != expected:
+        raise UserError(f"{folder} was compiled for other modules ({', '.join(manifest.predictors) or 'none'}) than "
+                        f"this {type(program).__name__} has; recompile it for this program")
+    try:
+        state = (folder / STATE_FILE).read_bytes()
+    except OSError as exc:
+        raise UserError(f"{folder / STATE_FILE} cannot be read ({exc.strerror}); recompile the artifact") from exc
+    if hashlib.sha256(state).hexdigest() != manifest.state_sha256:
+        raise UserError(f"{folder / STATE_FILE} is corrupt (it does not match its manifest's checksum); "
+                        "recompile the artifact")
+    try:
+        program.load_state(json.loads(state))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{folder / STATE_FILE} does not fit this program ({type(exc).__name__}); recompile") from exc
+    return manifest

@@ -1,0 +1,227 @@
+"""`dspy-rag compile`: optimize the deep program's prompts and demos on a trainset's train split.
+
+The dev split is scored before and after with the same metric; the gain is reported with a paired
+bootstrap interval, so a gain inside noise reads as one. The result is saved as an artifact (atomically,
+at the very end: an interrupted compile leaves nothing) and one line is appended to the ledger.
+"""
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dspy
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from dspy_rag import pipelines, signatures
+from dspy_rag.config import Config
+from dspy_rag.errors import UserError
+from dspy_rag.evals.stats import paired_delta_ci
+from dspy_rag.files import cache_root
+from dspy_rag.models import build_lm, usage_since
+from dspy_rag.optimizers import artifacts
+from dspy_rag.optimizers.ledger import LedgerEntry, append
+from dspy_rag.optimizers.metric import ResearchMetric, example_of
+from dspy_rag.optimizers.teleprompters import OPTIMIZERS, Optimizer, settings_for
+from dspy_rag.pipelines.programs import build_program
+from dspy_rag.trainsets.registry import Trainset, load_trainset
+
+# Measured on the dev sets (bench answers): the deep program with the LM policy makes 8-10 calls a question.
+CALLS_PER_RUN = 9
+SECONDS_PER_CALL = {"local/qwen2.5-coder-0.5b": 6.5, "local/qwen2.5-coder-1.5b": 16.0}
+VALSET_SHARE = 4  # optimizers that search keep every 4th train example aside to score candidates
+
+
+@dataclass
+class CompileRequest:
+    trainset: str
+    optimizer: str
+    name: str | None = None
+    teacher: str | None = None
+    parent: str | None = None
+    weights: dict[str, float] | None = None
+    threshold: float = 0.5
+    settings: dict[str, Any] = field(default_factory=dict)
+    train_limit: int | None = None
+    dev_limit: int | None = None
+    replace: bool = False
+
+
+@dataclass
+class Estimate:
+    program_runs: int
+    lm_calls: int
+    seconds: float | None
+
+
+@dataclass
+class Splits:
+    train: list[dspy.Example]
+    val: list[dspy.Example]
+    dev: list[dspy.Example]
+
+
+def splits(trainset: Trainset, optimizer: Optimizer, train_limit: int | None, dev_limit: int | None) -> Splits:
+    train = [example_of(q) for q in trainset.questions("train")[:train_limit]]
+    dev = [example_of(q) for q in trainset.questions("dev")[:dev_limit]]
+    if not train or not dev:
+        raise UserError(f"trainset {trainset.name} needs train and dev questions (has {len(train)} and {len(dev)})")
+    val = train[::VALSET_SHARE] if optimizer.needs_valset and len(train) >= VALSET_SHARE else []
+    return Splits([e for e in train if e not in val], val, dev)
+
+
+def estimate(optimizer: Optimizer, settings: dict[str, Any], data: Splits, model: str) -> Estimate:
+    runs = optimizer.runs(len(data.train), len(data.val), settings) + 2 * len(data.dev)
+    per_call = SECONDS_PER_CALL.get(model)
+    return Estimate(runs, runs * CALLS_PER_RUN, runs * CALLS_PER_RUN * per_call if per_call else None)
+
+
+class Tracker:
+    """Progress per phase, and the trajectories of the runs the optimizer learned from."""
+
+    def __init__(self, progress: Progress, say: Callable[[str], None]) -> None:
+        self.progress = progress
+        self.say = say  # a log file shows no bar: it gets a line per run instead
+        self.task: TaskID | None = None
+        self.phase = self.label = ""
+        self.done = 0
+        self.learned_from: list[dict[str, Any]] = []
+
+    def start(self, phase: str, label: str, total: int | None) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, visible=False)
+        self.phase, self.label, self.done = phase, label, 0
+        self.task = self.progress.add_task(label, total=total)
+
+    def __call__(self, example: dspy.Example, prediction: dspy.Prediction | None, score: float) -> None:
+        """One scored run; no prediction when the score came from the cache."""
+        self.done += 1
+        if self.task is not None:
+            self.progress.advance(self.task)
+        if not self.progress.console.is_terminal:
+            how = "scored" if prediction is not None else "scored before (cached)"
+            self.say(f"{self.label}: run {self.done} ({example.id}) {how} {score:.3f}")
+        trajectory = getattr(prediction, "trajectory", None)
+        if self.phase == "optimize" and trajectory is not None:
+            self.learned_from.append({"example": example.id, "score": round(score, 4),
+                                      "trajectory": trajectory.to_json()})
+
+
+class ScoreCache:
+    """Dev scores already measured. Decoding is greedy, so the same prompts and demos on the same model, data,
+    settings and code score the same: a recompile does not pay again for its parent's dev run."""
+
+    def __init__(self, path: Path, context: str) -> None:
+        self.path = path
+        self.context = context  # model, settings, trainset content, metric and code: anything that moves a score
+        self.scores: dict[str, float] = {}
+        if path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                with suppress(ValueError, KeyError, TypeError):  # a line cut short by a crash is measured again
+                    entry = json.loads(line)
+                    self.scores[entry["key"]] = float(entry["score"])
+
+    def key(self, program: dspy.Module, example: dspy.Example) -> str:
+        state = json.dumps(program.dump_state(), sort_keys=True, default=str)
+        return hashlib.sha256("\0".join((self.context, state, example.id, example.question)).encode()).hexdigest()
+
+    def put(self, key: str, score: float) -> None:
+        self.scores[key] = score
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"key": key, "score": score}) + "\n")
+
+
+def code_digest() -> str:
+    """The program's own code: a change to a module, signature or tool makes earlier scores stale."""
+    import dspy_rag
+
+    roots = [Path(dspy_rag.__file__).parent, *(Path(m.__file__).parent for m in (pipelines, signatures))]
+    files = sorted(f for root in roots for f in root.glob("*.py"))
+    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+
+
+def evaluate(program: dspy.Module, examples: list[dspy.Example], metric: ResearchMetric,
+             cache: ScoreCache) -> list[float]:
+    scores = []
+    for example in examples:
+        key = cache.key(program, example)
+        if key in cache.scores:
+            metric.on_score(example, None, cache.scores[key])
+        else:
+            cache.put(key, metric.score(example, program(**example.inputs())))
+        scores.append(cache.scores[key])
+    return scores
+
+
+def gain_text(before: list[float], after: list[float]) -> str:
+    low, high = paired_delta_ci(before, after)
+    mean = sum(after) / len(after) - sum(before) / len(before)
+    verdict = "a gain" if low > 0 else "a loss" if high < 0 else "inside noise"
+    return f"{mean:+.3f} (95% CI {low:+.3f} … {high:+.3f}: {verdict})"
+
+
+def compile_program(request: CompileRequest, config: Config, console: Console,
+                    say: Callable[[str], None]) -> artifacts.Manifest:
+    if request.optimizer not in OPTIMIZERS:
+        raise UserError(f"unknown optimizer '{request.optimizer}'; choose {', '.join(OPTIMIZERS)}")
+    optimizer = OPTIMIZERS[request.optimizer]
+    settings = settings_for(optimizer, request.settings)
+    trainset = load_trainset(request.trainset)
+    data = splits(trainset, optimizer, request.train_limit, request.dev_limit)
+    model = config.lm.model
+    name = request.name or f"{trainset.name}-{optimizer.name}-{model.split('/')[-1]}"
+    folder = config.artifacts.path / name
+    if folder.exists() and not request.replace:
+        raise UserError(f"artifact {folder} exists; choose another --name or pass --replace")
+    started = time.perf_counter()
+    index, web = trainset.index(config), trainset.web(config)
+    say(f"loading {model}" + (f" and the teacher {request.teacher}" if request.teacher else ""))
+    lm = build_lm(config.lm)
+    teacher = build_lm(config.lm.model_copy(update={"model": request.teacher})) if request.teacher else None
+    dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
+    program = build_program("deep", config, index, web)
+    if request.parent:
+        parent = artifacts.load(artifacts.locate(request.parent, config.artifacts.path), program)
+        say(f"starting from {parent.name} (compiled for {parent.model} by {parent.optimizer})")
+    starts = {id(m): len(m.history) for m in (lm, teacher) if m is not None}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as progress:
+        tracker = Tracker(progress, say)
+        metric = ResearchMetric(request.weights, request.threshold, on_score=tracker)
+        context = json.dumps([config.masked(), trainset.content_hash, metric.name, code_digest()], default=str)
+        cache = ScoreCache(cache_root() / "compile-scores.jsonl", context)
+        tracker.start("before", f"dev before ({len(data.dev)})", len(data.dev))
+        before = evaluate(program, data.dev, metric, cache)
+        runs = optimizer.runs(len(data.train), len(data.val), settings)
+        tracker.start("optimize", f"optimize ({optimizer.name}, ≤{runs} runs)", None)
+        teleprompter = optimizer.build(metric, settings, teacher, lm)
+        extra = {"valset": data.val} if data.val else {}
+        compiled = teleprompter.compile(program, trainset=data.train, **extra, **optimizer.compile_args(settings))
+        tracker.start("after", f"dev after ({len(data.dev)})", len(data.dev))
+        after = evaluate(compiled, data.dev, metric, cache)
+    usage = [usage_since(m, starts[id(m)]) for m in (lm, teacher) if m is not None]
+    manifest = artifacts.Manifest(
+        name=name, program=type(program).__name__, predictors=artifacts.program_signature(compiled), model=model,
+        optimizer=optimizer.name, trainset=trainset.name, trainset_hash=trainset.content_hash, metric=metric.name,
+        weights=metric.weights, dev_questions=len(data.dev), dev_before=round(sum(before) / len(before), 4),
+        dev_after=round(sum(after) / len(after), 4), teacher=request.teacher,
+        optimizer_settings={**settings, "threshold": request.threshold, "train": len(data.train), "val": len(data.val)},
+        parent=request.parent and parent.name, lm_calls=sum(u["lm_calls"] for u in usage),
+        tokens=sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage),
+        seconds=round(time.perf_counter() - started, 1),
+        dev_scores={e.id: [round(b, 4), round(a, 4)] for e, b, a in zip(data.dev, before, after, strict=True)})
+    artifacts.save(folder, compiled, manifest, tracker.learned_from, replace=request.replace)
+    append(config.artifacts.path / "ledger.jsonl", LedgerEntry(
+        kind="compile", artifact=name, parent=manifest.parent, model=model, trainset=trainset.name,
+        trainset_hash=trainset.content_hash, split="dev", metric=metric.name, score=manifest.dev_after or 0.0,
+        score_before=manifest.dev_before, questions=len(data.dev), optimizer=optimizer.name,
+        lm_calls=manifest.lm_calls, tokens=manifest.tokens, seconds=manifest.seconds))
+    say(f"dev ({len(data.dev)} questions) {manifest.dev_before:.3f} → {manifest.dev_after:.3f}, gain "
+        f"{gain_text(before, after)}; {manifest.lm_calls} LM calls, {manifest.seconds:.0f} s; saved {folder}")
+    return manifest

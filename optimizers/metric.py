@@ -1,0 +1,86 @@
+"""Compile's metric: one run of the program scored against a gold example with the shared metrics.
+
+The score is a weighted mean of answer F1, evidence recall and citation validity. DSPy calls a metric in
+three shapes: (example, prediction) to evaluate, (example, prediction, trace) while bootstrapping demos,
+where it must say pass or fail, and GEPA's five-argument form, which also wants written feedback.
+"""
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import dspy
+
+from dspy_rag.citations import check_citations, citation_validity
+from dspy_rag.evals.metrics import AnswerScores, score_answer, section_recall, weighted_score
+from dspy_rag.retrieval import Passage
+from dspy_rag.trainsets.formats import Question
+
+DEFAULT_WEIGHTS: dict[str, float] = {"f1": 0.6, "evidence_recall": 0.2, "citation_validity": 0.2}
+DEFAULT_THRESHOLD = 0.5  # a bootstrapped demo must come from a run at least this good
+
+
+def example_of(question: Question) -> dspy.Example:
+    """The gold answer is the short answer: a labeled demo must not teach the cited answer to drop its citations."""
+    return dspy.Example(id=question.id, question=question.question, short_answer=question.answer,
+                        aliases=list(question.aliases), gold_passages=list(question.gold_passages),
+                        gold_sections=list(question.gold_sections)).with_inputs("question")
+
+
+def looked_at(prediction: dspy.Prediction) -> list[Passage]:
+    """Every passage the program read after reranking: the deep program's steps, the baseline's context."""
+    trajectory = getattr(prediction, "trajectory", None)
+    if trajectory is None:
+        return list(prediction.passages)
+    return [Passage(s.id, "", s.source, s.section, s.score) for step in trajectory.steps for s in step.reranked]
+
+
+def scores_of(example: dspy.Example, prediction: dspy.Prediction) -> AnswerScores:
+    """Answer scores (of the short answer; the cited one when there is none), evidence recall (gold passages,
+    else gold sections) and citation validity of one run."""
+    seen = looked_at(prediction)
+    scores = score_answer(prediction.short_answer or prediction.answer, example.short_answer, example.aliases,
+                          retrieved_ids=[p.source for p in seen], gold_ids=example.gold_passages)
+    recall = (scores.evidence_recall if example.gold_passages
+              else section_recall([p.section for p in seen], example.gold_sections))
+    validity = citation_validity(check_citations(prediction.draft, prediction.passages))
+    return AnswerScores(scores.em, scores.f1, scores.contains, recall, validity)
+
+
+def describe(weights: Mapping[str, float]) -> str:
+    return "weighted(" + ",".join(f"{name}={w:g}" for name, w in weights.items()) + ")"
+
+
+class ResearchMetric:
+    """The weighted score of a run; every scored run is also reported to `on_score` (progress, trajectories)."""
+
+    def __init__(self, weights: Mapping[str, float] | None = None, threshold: float = DEFAULT_THRESHOLD,
+                 on_score: Callable[[dspy.Example, dspy.Prediction | None, float], None] = lambda *_: None) -> None:
+        self.weights = dict(weights or DEFAULT_WEIGHTS)
+        weighted_score(AnswerScores(0, 0, 0, 0, 0), self.weights)  # unknown names or bad weights fail here, early
+        self.threshold = threshold
+        self.on_score = on_score
+
+    @property
+    def name(self) -> str:
+        return describe(self.weights)
+
+    def score(self, example: dspy.Example, prediction: dspy.Prediction) -> float:
+        value = weighted_score(scores_of(example, prediction), self.weights)
+        self.on_score(example, prediction, value)
+        return value
+
+    def __call__(self, example: dspy.Example, prediction: dspy.Prediction, trace: Any = None,
+                 pred_name: str | None = None, pred_trace: Any = None) -> float | bool | dspy.Prediction:
+        value = self.score(example, prediction)
+        if pred_name is not None:  # GEPA reflects on written feedback, not only on the number
+            return dspy.Prediction(score=value, feedback=self.feedback(example, prediction, value))
+        return value >= self.threshold if trace is not None else value
+
+    def feedback(self, example: dspy.Example, prediction: dspy.Prediction, value: float) -> str:
+        scores = scores_of(example, prediction)
+        parts = [f"score {value:.2f}", f"short answer F1 {scores.f1:.2f} against the gold answer '{example.short_answer}'"]
+        if scores.evidence_recall is not None:
+            parts.append(f"evidence recall {scores.evidence_recall:.2f}")
+        if scores.citation_validity is not None:
+            parts.append(f"{scores.citation_validity:.0%} of citations point at a passage that states the sentence")
+        return "; ".join(parts) + "."

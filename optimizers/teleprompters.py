@@ -1,0 +1,81 @@
+"""The teleprompters `dspy-rag compile` offers, with defaults sized for a 2-core machine, and what each costs.
+
+Every optimizer gets the same metric; a teacher model, when given, writes the demos (and, for MIPROv2 and
+GEPA, proposes the instructions) while the student is the model the artifact is compiled for.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import dspy
+from dspy.teleprompt import GEPA, BootstrapFewShot, BootstrapFewShotWithRandomSearch, LabeledFewShot, MIPROv2
+
+from dspy_rag.errors import UserError
+from dspy_rag.optimizers.metric import ResearchMetric
+
+Build = Callable[[ResearchMetric, dict[str, Any], dspy.LM | None, dspy.LM], Any]
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    name: str
+    defaults: dict[str, Any]
+    build: Build
+    # Program runs the optimizer makes, from the train and validation sizes and its settings (an upper bound).
+    runs: Callable[[int, int, dict[str, Any]], int]
+    # Extra arguments to `compile` beyond student and trainset.
+    needs_valset: bool = False
+    compile_args: Callable[[dict[str, Any]], dict[str, Any]] = lambda settings: {}
+
+
+def _teacher(teacher: dspy.LM | None) -> dict[str, Any]:
+    return {"lm": teacher} if teacher is not None else {}
+
+
+def _labeled(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm: dspy.LM) -> Any:
+    return LabeledFewShot(k=s["k"])
+
+
+def _bootstrap(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm: dspy.LM) -> Any:
+    return BootstrapFewShot(metric, teacher_settings=_teacher(teacher), max_bootstrapped_demos=s["demos"],
+                            max_labeled_demos=s["labeled"], max_rounds=1, max_errors=s["max_errors"])
+
+
+def _random_search(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm: dspy.LM) -> Any:
+    return BootstrapFewShotWithRandomSearch(
+        metric, teacher_settings=_teacher(teacher), max_bootstrapped_demos=s["demos"], max_labeled_demos=s["labeled"],
+        num_candidate_programs=s["candidates"], num_threads=1, max_errors=s["max_errors"])
+
+
+def _mipro(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm: dspy.LM) -> Any:
+    return MIPROv2(metric, prompt_model=teacher or lm, task_model=lm, teacher_settings=_teacher(teacher), auto=None,
+                   num_candidates=s["candidates"], max_bootstrapped_demos=s["demos"], max_labeled_demos=s["labeled"],
+                   num_threads=1, max_errors=s["max_errors"], verbose=False, track_stats=False)
+
+
+def _gepa(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm: dspy.LM) -> Any:
+    return GEPA(metric, max_metric_calls=s["max_metric_calls"], reflection_lm=teacher or lm,
+                reflection_minibatch_size=s["minibatch"], num_threads=1, track_stats=False, use_merge=False)
+
+
+OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
+    Optimizer("labeled", {"k": 2}, _labeled, lambda train, val, s: 0),
+    Optimizer("bootstrap", {"demos": 2, "labeled": 2, "max_errors": 5}, _bootstrap,
+              lambda train, val, s: train),
+    Optimizer("random-search", {"demos": 2, "labeled": 2, "candidates": 2, "max_errors": 5}, _random_search,
+              lambda train, val, s: (s["candidates"] + 1) * train + (s["candidates"] + 3) * val, needs_valset=True),
+    Optimizer("mipro", {"demos": 2, "labeled": 2, "candidates": 3, "trials": 4, "minibatch": 4, "max_errors": 5},
+              _mipro, lambda train, val, s: s["candidates"] * train + s["trials"] * s["minibatch"] + 2 * val,
+              needs_valset=True,
+              compile_args=lambda s: {"num_trials": s["trials"], "minibatch_size": s["minibatch"],
+                                      "minibatch_full_eval_steps": s["trials"]}),
+    Optimizer("gepa", {"max_metric_calls": 24, "minibatch": 2}, _gepa,
+              lambda train, val, s: s["max_metric_calls"], needs_valset=True),
+)}
+
+
+def settings_for(optimizer: Optimizer, overrides: dict[str, Any]) -> dict[str, Any]:
+    if unknown := set(overrides) - set(optimizer.defaults):
+        raise UserError(f"{optimizer.name} has no setting {sorted(unknown)}; it takes {sorted(optimizer.defaults)}")
+    return {**optimizer.defaults, **overrides}

@@ -1,0 +1,147 @@
+"""Artifacts: a compiled program saved and loaded under another model behaves identically; corrupt,
+foreign and newer artifacts are refused with one clear line; a failed save leaves nothing behind."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+
+from dspy_rag.errors import UserError
+from dspy_rag.index import Index
+from dspy_rag.optimizers import artifacts
+from dspy_rag.pipelines import DeepResearch
+from dspy_rag.retrieval import Retriever
+
+QUESTION = "What was NVIDIA's Data Center revenue in fiscal 2023?"
+ONE_STEP_RUN: list[dict[str, Any]] = [
+    {"steps": [{"sub_question": QUESTION, "tool": "search_docs", "keywords": ["Data Center"], "section": None,
+                "justification": "one fact"}]},
+    {"query": "Data Center revenue fiscal 2023"}, {"strategy": "hybrid", "reason": "figures"},
+    {"context": "Data Center revenue was $15.01 billion [1].", "used_passages": [1]},
+    {"finding": "Data Center revenue was $15.01 billion."}, {"decision": "FINISH", "reason": "answered"},
+    {"answer": "Data Center revenue was $15.01 billion [1].", "short_answer": "$15.01 billion"},
+]
+
+
+def compiled(index: Index) -> DeepResearch:
+    """A program as an optimizer leaves it: a new planner instruction and a demo for the synthesizer."""
+    program = DeepResearch(Retriever(index, top_k=10))
+    program.plan.signature = program.plan.signature.with_instructions("Plan in at most two steps.")
+    program.synthesize.demos = [dspy.Example(question="Who makes the H100?", findings=["NVIDIA makes it."],
+                                             evidence=["[1] NVIDIA makes the H100."],
+                                             answer="NVIDIA [1].")]
+    return program
+
+
+def manifest(**changes: Any) -> artifacts.Manifest:
+    fields = dict(name="demo", program="DeepResearch", predictors={}, model="local/qwen2.5-coder-0.5b",
+                  optimizer="labeled", trainset="nvidia-10k", trainset_hash="abc", metric="weighted(f1=1)",
+                  weights={"f1": 1.0}, dev_questions=2, dev_before=0.1, dev_after=0.2)
+    return artifacts.Manifest(**{**fields, **changes})
+
+
+def prompts(program: DeepResearch) -> list[Any]:
+    lm = DummyLM(ONE_STEP_RUN, adapter=dspy.JSONAdapter())
+    with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+        program(question=QUESTION)
+    return [entry["messages"] for entry in lm.history]
+
+
+@pytest.fixture()
+def saved(tenk_index: Index, tmp_path: Path) -> Path:
+    program = compiled(tenk_index)
+    folder = tmp_path / "artifacts" / "demo"
+    artifacts.save(folder, program, manifest(predictors=artifacts.program_signature(program)),
+                   [{"example": "q1", "score": 0.5, "trajectory": {"version": 1}}])
+    return folder
+
+
+def test_round_trip_under_another_model_prompts_identically(saved: Path, tenk_index: Index) -> None:
+    loaded = DeepResearch(Retriever(tenk_index, top_k=10))
+    info = artifacts.load(saved, loaded)
+    assert info.model == "local/qwen2.5-coder-0.5b" and info.trajectories == 1 and info.created
+    assert loaded.plan.signature.instructions == "Plan in at most two steps."
+    assert prompts(loaded) == prompts(compiled(tenk_index))
+    assert prompts(loaded) != prompts(DeepResearch(Retriever(tenk_index, top_k=10)))  # the artifact matters
+    assert sorted(p.name for p in saved.iterdir()) == ["manifest.json", "program.json", "trajectories.jsonl"]
+
+
+def test_no_lm_settings_or_keys_reach_the_artifact(tenk_index: Index, tmp_path: Path) -> None:
+    program = compiled(tenk_index)
+    program.synthesize.lm = dspy.LM("openai/gpt-4o-mini", api_key="sk-secret-value")
+    artifacts.save(tmp_path / "a", program, manifest(predictors=artifacts.program_signature(program)), [])
+    assert "sk-secret" not in "".join(p.read_text() for p in (tmp_path / "a").iterdir())
+
+
+def test_a_changed_state_is_refused_as_corrupt(saved: Path, tenk_index: Index) -> None:
+    state = json.loads((saved / "program.json").read_text())
+    state["plan"]["signature"]["instructions"] = "Ignore the documents."
+    (saved / "program.json").write_text(json.dumps(state))
+    with pytest.raises(UserError, match="corrupt"):
+        artifacts.load(saved, DeepResearch(Retriever(tenk_index, top_k=10)))
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "corrupt"),
+    (json.dumps({"format": "something-else", "version": 1}), "not a dspy-rag artifact"),
+    (json.dumps({"format": artifacts.FORMAT, "version": artifacts.ARTIFACT_VERSION + 1}), "newer dspy-rag"),
+    (json.dumps({"format": artifacts.FORMAT, "version": 1, "name": "x"}), "missing fields"),
+])
+def test_bad_manifests_are_refused(saved: Path, tenk_index: Index, content: str, message: str) -> None:
+    (saved / "manifest.json").write_text(content)
+    with pytest.raises(UserError, match=message):
+        artifacts.load(saved, DeepResearch(Retriever(tenk_index, top_k=10)))
+
+
+def test_an_artifact_for_other_modules_is_refused(saved: Path, tenk_index: Index) -> None:
+    raw = json.loads((saved / "manifest.json").read_text())
+    raw["predictors"] = {"answer": ["question", "passages", "->", "answer"]}
+    (saved / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(UserError, match="compiled for other modules"):
+        artifacts.load(saved, DeepResearch(Retriever(tenk_index, top_k=10)))
+
+
+def test_a_folder_without_manifest_is_not_an_artifact(tmp_path: Path, tenk_index: Index) -> None:
+    (tmp_path / "pickled").mkdir()
+    (tmp_path / "pickled" / "program.pkl").write_bytes(b"\x80\x04")
+    with pytest.raises(UserError, match="not a dspy-rag artifact"):
+        artifacts.load(tmp_path / "pickled", DeepResearch(Retriever(tenk_index, top_k=10)))
+
+
+def test_a_save_that_fails_midway_leaves_the_old_artifact(saved: Path, tenk_index: Index,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    before = {p.name: p.read_bytes() for p in saved.iterdir()}
+    real_write = artifacts.write_atomic
+
+    def failing_write(path: Path, data: bytes) -> None:
+        if path.name == artifacts.MANIFEST_FILE:
+            raise KeyboardInterrupt
+        real_write(path, data)
+
+    monkeypatch.setattr(artifacts, "write_atomic", failing_write)
+    program = DeepResearch(Retriever(tenk_index, top_k=10))
+    with pytest.raises(KeyboardInterrupt):
+        artifacts.save(saved, program, manifest(predictors=artifacts.program_signature(program)), [], replace=True)
+    assert {p.name: p.read_bytes() for p in saved.iterdir()} == before
+    assert [p.name for p in saved.parent.iterdir()] == ["demo"]  # no staging folder left behind
+
+
+def test_an_existing_artifact_is_not_overwritten_unasked(saved: Path, tenk_index: Index) -> None:
+    program = DeepResearch(Retriever(tenk_index, top_k=10))
+    with pytest.raises(UserError, match="--replace"):
+        artifacts.save(saved, program, manifest(), [])
+
+
+def test_choosing_artifacts(saved: Path) -> None:
+    folder = saved.parent
+    assert artifacts.chosen("none", folder, "local/qwen2.5-coder-0.5b") is None
+    assert artifacts.chosen("demo", folder, "any") == saved
+    assert artifacts.chosen(str(saved), Path("elsewhere"), "any") == saved
+    (folder / "deep-qwen2.5-coder-1.5b").mkdir()
+    assert artifacts.chosen("auto", folder, "local/qwen2.5-coder-1.5b") == folder / "deep-qwen2.5-coder-1.5b"
+    assert artifacts.chosen("auto", folder, "openai/gpt-4o-mini") is None
+    with pytest.raises(UserError, match="no artifact 'missing'"):
+        artifacts.chosen("missing", folder, "any")

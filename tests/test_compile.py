@@ -1,0 +1,189 @@
+"""`compile` end to end with a scripted LM over a real (small) index: demos are bootstrapped from runs the
+metric passes, the dev split is scored before and after, the artifact and its ledger line are written, and
+an interrupted compile leaves neither."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+from rich.console import Console
+
+from conftest import scratch_config
+from dspy_rag.config import Config
+from dspy_rag.errors import UserError
+from dspy_rag.optimizers import artifacts
+from dspy_rag.optimizers import compile as compiling
+from dspy_rag.optimizers.ledger import read
+from dspy_rag.optimizers.metric import ResearchMetric, example_of
+from dspy_rag.optimizers.teleprompters import OPTIMIZERS
+from dspy_rag.trainsets.formats import Question
+from dspy_rag.trainsets.registry import load_trainset
+
+FACTS = ("NVIDIA's Data Center revenue for fiscal year 2023 was $15.01 billion, up 41% from a year ago.\n\n"
+         "Gaming revenue for fiscal year 2023 was $9.07 billion, down 27% from a year ago.\n")
+# One reply per module, chosen by the output fields the prompt asks for; every run plans one step.
+REPLIES: dict[str, dict[str, Any]] = {
+    "`steps`": {"steps": [{"sub_question": "Data Center revenue in fiscal 2023?", "tool": "search_docs",
+                           "keywords": ["Data Center"], "section": None, "justification": "one fact"}]},
+    "`query`": {"query": "Data Center revenue fiscal 2023"},
+    "`strategy`": {"strategy": "hybrid", "reason": "figures"},
+    "`context`": {"context": "Data Center revenue was $15.01 billion [1].", "used_passages": [1]},
+    "`finding`": {"finding": "Data Center revenue was $15.01 billion."},
+    "`decision`": {"decision": "FINISH", "reason": "answered"},
+    "`short_answer`": {"answer": "Data Center revenue for fiscal year 2023 was $15.01 billion [1].",
+                       "short_answer": "$15.01 billion"},
+}
+
+
+def question(n: int, answer: str, split: str) -> dict[str, Any]:
+    return {"id": f"q{n}", "question": f"Question {n}: what was the revenue?", "answer": answer, "split": split}
+
+
+@pytest.fixture()
+def trainset(tmp_path: Path) -> Path:
+    """Train questions the scripted answer gets right (q1, q3) and wrong (q2, q4); two dev questions."""
+    (tmp_path / "facts.md").write_text(FACTS)
+    rows = [question(1, "$15.01 billion", "train"), question(2, "Jensen Huang", "train"),
+            question(3, "15.01 billion", "train"), question(4, "41%", "train"),
+            question(5, "$15.01 billion", "dev"), question(6, "Jensen Huang", "dev")]
+    (tmp_path / "qs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "tiny.yaml").write_text("name: tiny\ndescription: two facts\nquestions: qs.jsonl\n"
+                                        "documents: [facts.md]\nsplit: {field: split}\n")
+    return tmp_path / "tiny.yaml"
+
+
+@pytest.fixture()
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
+    monkeypatch.setenv("DSPY_RAG_CACHE", str(tmp_path / "cache"))  # the dev-score cache of scripted runs stays here
+    return scratch_config(tmp_path, **{"artifacts.path": tmp_path / "artifacts", "retrieval.reranker": "none"})
+
+
+@pytest.fixture()
+def scripted(monkeypatch: pytest.MonkeyPatch) -> list[DummyLM]:
+    made: list[DummyLM] = []
+
+    def build_lm(_config: Any) -> DummyLM:
+        made.append(DummyLM(REPLIES, adapter=dspy.JSONAdapter()))
+        return made[-1]
+
+    monkeypatch.setattr(compiling, "build_lm", build_lm)
+    return made
+
+
+def run(trainset: Path, config: Config, optimizer: str, **options: Any) -> artifacts.Manifest:
+    request = compiling.CompileRequest(str(trainset), optimizer, name="tiny-" + optimizer, **options)
+    return compiling.compile_program(request, config, Console(quiet=True), lambda _msg: None)
+
+
+def test_bootstrap_keeps_demos_from_passing_runs_and_records_everything(trainset: Path, settings: Config,
+                                                                         scripted: list[DummyLM]) -> None:
+    manifest = run(trainset, settings, "bootstrap")
+    folder = settings.artifacts.path / "tiny-bootstrap"
+    state = json.loads((folder / "program.json").read_text())
+    # the two passing train runs (q1, q3) became demos, each predictor gets one trace per run
+    synthesizer_demos = state["synthesize"]["demos"]
+    assert [d["short_answer"] for d in synthesizer_demos if d.get("augmented")] == ["$15.01 billion"] * 2
+    assert {d["question"] for d in state["plan"]["demos"] if d.get("augmented")} == {
+        "Question 1: what was the revenue?", "Question 3: what was the revenue?"}
+    assert manifest.dev_questions == 2 and set(manifest.dev_scores) == {"q5", "q6"}
+    assert manifest.dev_scores["q5"][0] > manifest.dev_scores["q6"][0]  # right answer beats wrong one
+    assert manifest.lm_calls == len(scripted[0].history) > 0
+    learned = [json.loads(line) for line in (folder / "trajectories.jsonl").read_text().splitlines()]
+    assert [t["example"] for t in learned] == ["q1", "q2", "q3"]  # two demos wanted: q4 was never needed
+    assert all(t["trajectory"]["version"] == 1 and t["trajectory"]["steps"] for t in learned)
+    entries = read(settings.artifacts.path / "ledger.jsonl")
+    assert [(e.kind, e.artifact, e.optimizer, e.score, e.score_before) for e in entries] == [
+        ("compile", "tiny-bootstrap", "bootstrap", manifest.dev_after, manifest.dev_before)]
+    assert entries[0].trainset_hash == load_trainset(str(trainset)).content_hash
+    assert artifacts.load(folder, compiled_program(settings)).name == "tiny-bootstrap"
+
+
+def compiled_program(settings: Config) -> dspy.Module:
+    from dspy_rag.index import Index
+    from dspy_rag.pipelines.programs import build_program
+
+    return build_program("deep", settings, Index(settings), None)
+
+
+def test_labeled_few_shot_makes_no_lm_calls_to_optimize(trainset: Path, settings: Config,
+                                                        scripted: list[DummyLM]) -> None:
+    manifest = run(trainset, settings, "labeled")
+    assert manifest.lm_calls == 4 * len(REPLIES)  # two dev questions before and after, seven calls a run
+    state = json.loads((settings.artifacts.path / "tiny-labeled" / "program.json").read_text())
+    assert {d["short_answer"] for d in state["synthesize"]["demos"]} <= {"$15.01 billion", "Jensen Huang",
+                                                                         "15.01 billion", "41%"}
+    assert len(state["synthesize"]["demos"]) == 2 and state["plan"]["demos"]  # k=2 to every predictor
+
+
+def test_a_recompile_starts_from_its_parent(trainset: Path, settings: Config, scripted: list[DummyLM]) -> None:
+    first = run(trainset, settings, "labeled")
+    manifest = run(trainset, settings, "bootstrap", parent="tiny-labeled")
+    assert manifest.parent == "tiny-labeled" and manifest.dev_before == first.dev_after
+    # the parent's dev scores came from the cache: only bootstrapping (q1-q3) and the dev run after spent calls
+    assert len(scripted[1].history) == (3 + 2) * len(REPLIES)
+    entries = read(settings.artifacts.path / "ledger.jsonl")
+    assert [(e.artifact, e.parent) for e in entries] == [("tiny-labeled", None), ("tiny-bootstrap", "tiny-labeled")]
+
+
+def test_an_interrupted_compile_leaves_no_artifact_and_no_ledger_line(trainset: Path, settings: Config,
+                                                                      scripted: list[DummyLM],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = {"n": 0}
+    real_score = ResearchMetric.score
+
+    def interrupted(self: ResearchMetric, example: dspy.Example, prediction: dspy.Prediction) -> float:
+        calls["n"] += 1
+        if calls["n"] == 4:  # in the middle of optimizing
+            raise KeyboardInterrupt
+        return real_score(self, example, prediction)
+
+    monkeypatch.setattr(ResearchMetric, "score", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(trainset, settings, "bootstrap")
+    assert not settings.artifacts.path.exists() or list(settings.artifacts.path.iterdir()) == []
+
+
+def test_an_existing_name_is_refused_before_any_work(trainset: Path, settings: Config,
+                                                     scripted: list[DummyLM]) -> None:
+    run(trainset, settings, "labeled")
+    made = len(scripted)
+    with pytest.raises(UserError, match="--replace"):
+        run(trainset, settings, "labeled")
+    assert len(scripted) == made  # no LM was even loaded
+
+
+def test_unknown_optimizer_and_setting_are_one_line_errors(trainset: Path, settings: Config) -> None:
+    with pytest.raises(UserError, match="choose labeled, bootstrap, random-search, mipro, gepa"):
+        run(trainset, settings, "simba")
+    with pytest.raises(UserError, match="no setting"):
+        run(trainset, settings, "bootstrap", settings={"temperature": 2})
+
+
+def test_dry_run_estimates_grow_with_the_optimizer(trainset: Path) -> None:
+    data = load_trainset(str(trainset))
+    costs = {}
+    for name, optimizer in OPTIMIZERS.items():
+        split = compiling.splits(data, optimizer, None, None)
+        costs[name] = compiling.estimate(optimizer, optimizer.defaults, split, "local/qwen2.5-coder-0.5b")
+    assert costs["labeled"].program_runs == 4  # dev before and after only
+    assert costs["labeled"].program_runs < costs["bootstrap"].program_runs < costs["random-search"].program_runs
+    assert costs["bootstrap"].lm_calls == costs["bootstrap"].program_runs * compiling.CALLS_PER_RUN
+    assert costs["gepa"].seconds and costs["gepa"].seconds > costs["bootstrap"].seconds
+
+
+def test_the_metric_speaks_every_shape_dspy_calls_it_with() -> None:
+    example = example_of(Question("q", "Who?", "TSMC and Samsung", gold_sections=("Item 1A",)))
+    prediction = dspy.Prediction(answer="TSMC and Samsung make the wafers.", short_answer="TSMC and Samsung",
+                                 draft="TSMC and Samsung make the wafers.", passages=[])
+    metric = ResearchMetric({"f1": 1.0})
+    assert metric(example, prediction) == 1.0
+    assert metric(example, prediction, trace=[]) is True
+    wrong = dspy.Prediction(answer="Intel.", short_answer="Intel", draft="Intel.", passages=[])
+    assert metric(example, wrong, trace=[]) is False
+    feedback = metric(example, wrong, None, "synthesize", None)
+    assert feedback.score == 0.0 and "TSMC and Samsung" in feedback.feedback
+    with pytest.raises(ValueError, match="unknown score components"):
+        ResearchMetric({"f2": 1.0})
