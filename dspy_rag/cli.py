@@ -16,6 +16,7 @@ from dspy_rag.config import Config, load_config
 from dspy_rag.errors import UserError, exit_with_error
 from dspy_rag.evals.bench_answers import answers_command
 from dspy_rag.evals.bench_retrieval import bench_app
+from dspy_rag.evals.evaluate import eval_command
 from dspy_rag.optimizers.history import history_command
 from dspy_rag.trainsets.registry import trainsets_command
 
@@ -26,6 +27,7 @@ bench_app.command("answers")(answers_command)
 app.add_typer(bench_app, name="bench")
 app.command("trainsets")(trainsets_command)
 app.command("history")(history_command)
+app.command("eval")(eval_command)
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 

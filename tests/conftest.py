@@ -1,5 +1,6 @@
 """Shared fixtures: the real data in ../shared/data, scratch configurations and a real 10-K index."""
 
+import json
 import os
 import socket
 import subprocess
@@ -9,6 +10,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,3 +78,38 @@ def tenk_index(tmp_path_factory: pytest.TempPathFactory) -> Index:
     index = Index(scratch_config(tmp_path_factory.mktemp("tenk")))
     index.ingest([str(TENK)])
     return index
+
+
+FACTS = ("NVIDIA's Data Center revenue for fiscal year 2023 was $15.01 billion, up 41% from a year ago.\n\n"
+         "Gaming revenue for fiscal year 2023 was $9.07 billion, down 27% from a year ago.\n")
+# A scripted LM's replies for the deep program, chosen by the output fields each prompt asks for: every run
+# plans one step and answers "$15.01 billion".
+REPLIES: dict[str, dict[str, Any]] = {
+    "`steps`": {"steps": [{"sub_question": "Data Center revenue in fiscal 2023?", "tool": "search_docs",
+                           "keywords": ["Data Center"], "section": None, "justification": "one fact"}]},
+    "`query`": {"query": "Data Center revenue fiscal 2023"},
+    "`strategy`": {"strategy": "hybrid", "reason": "figures"},
+    "`context`": {"context": "Data Center revenue was $15.01 billion [1].", "used_passages": [1]},
+    "`finding`": {"finding": "Data Center revenue was $15.01 billion."},
+    "`decision`": {"decision": "FINISH", "reason": "answered"},
+    "`short_answer`": {"answer": "Data Center revenue for fiscal year 2023 was $15.01 billion [1].",
+                       "short_answer": "$15.01 billion"},
+}
+
+
+def _question(n: int, answer: str, split: str) -> dict[str, Any]:
+    return {"id": f"q{n}", "question": f"Question {n}: what was the revenue?", "answer": answer, "split": split}
+
+
+@pytest.fixture()
+def trainset(tmp_path: Path) -> Path:
+    """A tiny trainset over two facts: the scripted answer is right for q1, q3 (train) and q5 (dev), wrong for
+    q2, q4 (train) and q6 (dev)."""
+    (tmp_path / "facts.md").write_text(FACTS)
+    rows = [_question(1, "$15.01 billion", "train"), _question(2, "Jensen Huang", "train"),
+            _question(3, "15.01 billion", "train"), _question(4, "41%", "train"),
+            _question(5, "$15.01 billion", "dev"), _question(6, "Jensen Huang", "dev")]
+    (tmp_path / "qs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "tiny.yaml").write_text("name: tiny\ndescription: two facts\nquestions: qs.jsonl\n"
+                                        "documents: [facts.md]\nsplit: {field: split}\n")
+    return tmp_path / "tiny.yaml"

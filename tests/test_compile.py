@@ -11,7 +11,7 @@ import pytest
 from dspy.utils import DummyLM
 from rich.console import Console
 
-from conftest import scratch_config
+from conftest import REPLIES, scratch_config
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 from dspy_rag.optimizers import artifacts
@@ -21,38 +21,6 @@ from dspy_rag.optimizers.metric import ResearchMetric, example_of
 from dspy_rag.optimizers.teleprompters import OPTIMIZERS
 from dspy_rag.trainsets.formats import Question
 from dspy_rag.trainsets.registry import load_trainset
-
-FACTS = ("NVIDIA's Data Center revenue for fiscal year 2023 was $15.01 billion, up 41% from a year ago.\n\n"
-         "Gaming revenue for fiscal year 2023 was $9.07 billion, down 27% from a year ago.\n")
-# One reply per module, chosen by the output fields the prompt asks for; every run plans one step.
-REPLIES: dict[str, dict[str, Any]] = {
-    "`steps`": {"steps": [{"sub_question": "Data Center revenue in fiscal 2023?", "tool": "search_docs",
-                           "keywords": ["Data Center"], "section": None, "justification": "one fact"}]},
-    "`query`": {"query": "Data Center revenue fiscal 2023"},
-    "`strategy`": {"strategy": "hybrid", "reason": "figures"},
-    "`context`": {"context": "Data Center revenue was $15.01 billion [1].", "used_passages": [1]},
-    "`finding`": {"finding": "Data Center revenue was $15.01 billion."},
-    "`decision`": {"decision": "FINISH", "reason": "answered"},
-    "`short_answer`": {"answer": "Data Center revenue for fiscal year 2023 was $15.01 billion [1].",
-                       "short_answer": "$15.01 billion"},
-}
-
-
-def question(n: int, answer: str, split: str) -> dict[str, Any]:
-    return {"id": f"q{n}", "question": f"Question {n}: what was the revenue?", "answer": answer, "split": split}
-
-
-@pytest.fixture()
-def trainset(tmp_path: Path) -> Path:
-    """Train questions the scripted answer gets right (q1, q3) and wrong (q2, q4); two dev questions."""
-    (tmp_path / "facts.md").write_text(FACTS)
-    rows = [question(1, "$15.01 billion", "train"), question(2, "Jensen Huang", "train"),
-            question(3, "15.01 billion", "train"), question(4, "41%", "train"),
-            question(5, "$15.01 billion", "dev"), question(6, "Jensen Huang", "dev")]
-    (tmp_path / "qs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "tiny.yaml").write_text("name: tiny\ndescription: two facts\nquestions: qs.jsonl\n"
-                                        "documents: [facts.md]\nsplit: {field: split}\n")
-    return tmp_path / "tiny.yaml"
 
 
 @pytest.fixture()

@@ -1,0 +1,92 @@
+"""`dspy-rag eval` with a scripted LM over a tiny real index: columns side by side, deltas, resume after an
+interruption, the report files and one ledger line per column."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+from typer.testing import CliRunner
+
+from conftest import REPLIES
+from dspy_rag import models
+from dspy_rag.cli import app
+from dspy_rag.evals import evaluate
+from dspy_rag.evals.bench_answers import Row
+from dspy_rag.optimizers.ledger import read
+
+BASELINE_REPLY = {"evidence": "Gaming revenue for fiscal year 2023 was $9.07 billion",
+                  "answer": "Gaming revenue was $9.07 billion [1].", "cited_passages": [1],
+                  "short_answer": "$9.07 billion"}
+
+
+@pytest.fixture()
+def scripted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[DummyLM]:
+    made: list[DummyLM] = []
+
+    def build_lm(_config: Any) -> DummyLM:
+        made.append(DummyLM({"`evidence`": BASELINE_REPLY, **REPLIES}, adapter=dspy.JSONAdapter()))
+        return made[-1]
+
+    monkeypatch.setattr(models, "build_lm", build_lm)
+    (tmp_path / "dspy-rag.yaml").write_text(f"artifacts: {{path: {tmp_path / 'artifacts'}}}\n"
+                                            f"index: {{path: {tmp_path / 'index'}}}\nretrieval: {{reranker: none}}\n")
+    return made
+
+
+def eval_cli(trainset: Path, out: Path, *extra: str) -> Any:
+    return CliRunner().invoke(app, ["eval", "--questions", str(trainset), "--out", str(out), *extra])
+
+
+def test_baseline_beside_deep_with_deltas_report_and_ledger(trainset: Path, tmp_path: Path,
+                                                            scripted: list[DummyLM]) -> None:
+    result = eval_cli(trainset, tmp_path / "out", "--pipeline", "deep", "--pipeline", "baseline")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "results.json").read_text())
+    deep, baseline = report["columns"]["deep@qwen2.5-coder-0.5b"], report["columns"]["baseline@qwen2.5-coder-0.5b"]
+    # the scripted deep answer is right for q5 and wrong for q6; the baseline's shares only "billion" with q5
+    assert [r["f1"] for r in report["rows"]["deep@qwen2.5-coder-0.5b"]] == [1.0, 0.0]
+    assert deep["f1"] == 0.5 and baseline["f1"] == 0.25
+    assert len(scripted) == 1  # one model, loaded once for both columns
+    assert baseline["delta"] == pytest.approx(baseline["score"] - deep["score"], abs=1e-4) and baseline["delta"] < 0
+    assert baseline["delta_ci"] == "(too few questions for an interval)"
+    assert "| deep@qwen2.5-coder-0.5b |" in (tmp_path / "out" / "report.md").read_text()
+    entries = read(tmp_path / "artifacts" / "ledger.jsonl")
+    assert [(e.kind, e.artifact, e.questions) for e in entries] == [("eval", None, 2), ("eval", "baseline", 2)]
+    assert entries[0].score == deep["score"]
+
+
+def test_an_interrupted_eval_resumes_where_it_stopped(trainset: Path, tmp_path: Path, scripted: list[DummyLM],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    real = evaluate.run_question
+    asked: list[str] = []
+
+    def interrupted(program: dspy.Module, question: Any) -> Any:
+        if len(asked) == 1:
+            raise KeyboardInterrupt
+        asked.append(question.id)
+        return real(program, question)
+
+    monkeypatch.setattr(evaluate, "run_question", interrupted)
+    assert eval_cli(trainset, tmp_path / "out").exit_code != 0
+    rows = (tmp_path / "out" / "rows.jsonl").read_text().splitlines()
+    assert [Row(**json.loads(line)).id for line in rows] == ["q5"]
+    monkeypatch.setattr(evaluate, "run_question", lambda program, question: (asked.append(question.id),
+                                                                              real(program, question))[1])
+    assert eval_cli(trainset, tmp_path / "out").exit_code == 0
+    assert asked == ["q5", "q6"]  # q5 was not asked again
+    assert len(read(tmp_path / "artifacts" / "ledger.jsonl")) == 1  # only the finished eval is recorded
+
+
+def test_columns_cover_every_combination_once() -> None:
+    columns = evaluate.columns_of(["deep", "baseline"], ["none", "a1"], ["local/m1", "local/m2"])
+    assert [c.label for c in columns] == ["deep@m1", "deep+a1@m1", "baseline@m1", "deep@m2", "deep+a1@m2",
+                                          "baseline@m2"]
+
+
+def test_intervals_need_enough_questions() -> None:
+    assert evaluate.interval_text([1.0] * 3) == "(too few questions for an interval)"
+    assert evaluate.interval_text([1.0, 0.0] * 10).startswith("[0.")
+    assert evaluate.interval_text([1.0] * 10, paired_with=[0.0] * 10) == "[+1.000, +1.000]"
