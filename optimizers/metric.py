@@ -13,6 +13,7 @@ import dspy
 from dspy_rag.citations import check_citations, citation_validity
 from dspy_rag.evals.metrics import AnswerScores, score_answer, section_recall, weighted_score
 from dspy_rag.retrieval import Passage
+from dspy_rag.signatures import Step
 from dspy_rag.trainsets.formats import Question
 
 DEFAULT_WEIGHTS: dict[str, float] = {"f1": 0.6, "evidence_recall": 0.2, "citation_validity": 0.2}
@@ -20,10 +21,13 @@ DEFAULT_THRESHOLD = 0.5  # a bootstrapped demo must come from a run at least thi
 
 
 def example_of(question: Question) -> dspy.Example:
-    """The gold answer is the short answer: a labeled demo must not teach the cited answer to drop its citations."""
+    """The gold answer is the short answer: a labeled demo must not teach the cited answer to drop its citations.
+    A gold plan, where the dataset has one, becomes the planner's labeled demo."""
+    gold_plan = {"steps": [Step(sub_question=q, tool="search_docs", justification=f"hop {n} of the question")
+                           for n, q in enumerate(question.plan, start=1)]} if question.plan else {}
     return dspy.Example(id=question.id, question=question.question, short_answer=question.answer,
                         aliases=list(question.aliases), gold_passages=list(question.gold_passages),
-                        gold_sections=list(question.gold_sections)).with_inputs("question")
+                        gold_sections=list(question.gold_sections), **gold_plan).with_inputs("question")
 
 
 def looked_at(prediction: dspy.Prediction) -> list[Passage]:

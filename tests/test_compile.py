@@ -155,3 +155,22 @@ def test_the_metric_speaks_every_shape_dspy_calls_it_with() -> None:
     assert feedback.score == 0.0 and "TSMC and Samsung" in feedback.feedback
     with pytest.raises(ValueError, match="unknown score components"):
         ResearchMetric({"f2": 1.0})
+
+
+def test_musique_decompositions_become_the_planners_labeled_demos(tenk_index: Any) -> None:
+    from dspy.teleprompt import LabeledFewShot
+
+    from dspy_rag.pipelines import DeepResearch
+    from dspy_rag.retrieval import Retriever
+    from dspy_rag.trainsets.formats import sub_question
+
+    assert sub_question("Hello Love >> performer") == "What is the performer of Hello Love?"
+    assert sub_question("Which state borders #2 to the east?") == "Which state borders the answer of step 2 to the east?"
+    musique = [q for q in load_trainset("musique").questions("train") if len(q.plan) >= 2][:2]
+    compiled = LabeledFewShot(k=2).compile(DeepResearch(Retriever(tenk_index, top_k=5)),
+                                           trainset=[example_of(q) for q in musique])
+    plans = [[s.sub_question for s in demo.steps] for demo in compiled.plan.demos]
+    assert sorted(plans) == sorted(list(q.plan) for q in musique)
+    prompt = dspy.JSONAdapter().format(compiled.plan.signature, compiled.plan.demos,
+                                       {"question": "Q?", "sections": [], "web_available": False, "findings": []})
+    assert musique[0].plan[1] in "".join(m["content"] for m in prompt)

@@ -6,6 +6,7 @@ corpus loader gives, so recall can be counted without caring where the data came
 """
 
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,8 @@ class Question:
     kind: str = ""
     split: str = ""
     gold_web: tuple[str, ...] = ()
+    # A gold research plan where the dataset decomposes its questions (MuSiQue): the planner's labeled demos.
+    plan: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -76,11 +79,24 @@ def _hotpotqa(row: dict[str, Any]) -> Question:
     return Question(row["_id"], row["question"], row["answer"], (), gold, (), others)
 
 
+_HOP_REFERENCE = re.compile(r"#(\d)")
+
+
+def sub_question(hop: str) -> str:
+    """A MuSiQue hop as a question: "Hello Love >> performer" asks for the performer of Hello Love, and "#1"
+    stands for the answer of hop 1."""
+    subject, arrow, relation = hop.partition(" >> ")
+    text = f"What is the {relation.strip()} of {subject.strip()}?" if arrow else hop.strip()
+    return _HOP_REFERENCE.sub(r"the answer of step \1", text)
+
+
 def _musique(row: dict[str, Any]) -> Question:
     ids = {p["idx"]: passage_id(p["title"], p["paragraph_text"]) for p in row["paragraphs"]}
     gold = tuple(ids[p["idx"]] for p in row["paragraphs"] if p["is_supporting"])
     others = tuple(ids[p["idx"]] for p in row["paragraphs"] if not p["is_supporting"])
-    return Question(row["id"], row["question"], row["answer"], tuple(row.get("answer_aliases") or ()), gold, (), others)
+    plan = tuple(sub_question(hop["question"]) for hop in row.get("question_decomposition") or ())
+    return Question(row["id"], row["question"], row["answer"], tuple(row.get("answer_aliases") or ()), gold, (), others,
+                    plan=plan)
 
 
 def _multihop_rag(row: dict[str, Any]) -> Question:
