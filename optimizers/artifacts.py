@@ -9,7 +9,9 @@ checksum), foreign (not ours, or made for other modules) or newer than this vers
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
@@ -26,6 +28,8 @@ FORMAT = "dspy-rag-artifact"
 ARTIFACT_VERSION = 1
 STATE_FILE, MANIFEST_FILE, TRAJECTORIES_FILE = "program.json", "manifest.json", "trajectories.jsonl"
 SHIPPED = REPO / "artifacts"  # the compiled defaults that come with the tool
+MAX_FILE_BYTES = 20 * 2**20  # a state with a few dozen demos is well under 1 MB
+_PLAIN_NAME = re.compile(r"\w[\w.+-]{0,127}")  # no separators, no leading dot (staging folders use one)
 
 
 def program_signature(program: dspy.Module) -> dict[str, list[str]]:
@@ -101,10 +105,20 @@ def save(folder: Path, program: dspy.Module, manifest: Manifest, trajectories: l
         raise
 
 
+def folder_for(artifacts_dir: Path, name: str) -> Path:
+    """The folder of an artifact called `name`: always directly inside `artifacts_dir`."""
+    if not _PLAIN_NAME.fullmatch(name):
+        raise UserError(f"artifact name '{name}' must be a plain folder name (letters, digits, '.', '_', '+', '-', "
+                        "not starting with '.'), e.g. nvidia-10k-bootstrap")
+    return artifacts_dir / name
+
+
 def locate(name_or_path: str, artifacts_dir: Path) -> Path:
     """A path to an artifact folder, or a name under the configured artifacts folder or the shipped ones."""
-    for candidate in (Path(name_or_path), artifacts_dir / name_or_path, SHIPPED / name_or_path):
-        if candidate.is_dir():
+    if Path(name_or_path).is_dir():
+        return Path(name_or_path)
+    for root in (artifacts_dir, SHIPPED):
+        if (candidate := folder_for(root, name_or_path)).is_dir():
             return candidate
     raise UserError(f"no artifact '{name_or_path}' (looked in {artifacts_dir} and {SHIPPED}); "
                     "list them with `ls artifacts`, or compile one with `dspy-rag compile`")
@@ -125,10 +139,22 @@ def chosen(setting: str, artifacts_dir: Path, model: str) -> Path | None:
     return locate(setting, artifacts_dir)
 
 
+def _read(path: Path) -> bytes:
+    """A file of the artifact itself: not a link to somewhere else, not a device, not absurdly large."""
+    info = path.lstat()
+    if not stat.S_ISREG(info.st_mode):
+        raise UserError(f"{path} is not a plain file (a link or a device); an artifact holds its own files, "
+                        "recompile it")
+    if info.st_size > MAX_FILE_BYTES:
+        raise UserError(f"{path} is {info.st_size / 2**20:.0f} MB, over the {MAX_FILE_BYTES // 2**20} MB an "
+                        "artifact file may hold; recompile the artifact")
+    return path.read_bytes()
+
+
 def read_manifest(folder: Path) -> Manifest:
     path = folder / MANIFEST_FILE
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(_read(path).decode("utf-8"))
     except FileNotFoundError:
         raise UserError(f"{folder} is not a dspy-rag artifact (no {MANIFEST_FILE}); compile one with "
                         "`dspy-rag compile`") from None
@@ -155,7 +181,7 @@ def load(folder: Path, program: dspy.Module) -> Manifest:
         raise UserError(f"{folder} was compiled for other modules ({', '.join(manifest.predictors) or 'none'}) than "
                         f"this {type(program).__name__} has; recompile it for this program")
     try:
-        state = (folder / STATE_FILE).read_bytes()
+        state = _read(folder / STATE_FILE)
     except OSError as exc:
         raise UserError(f"{folder / STATE_FILE} cannot be read ({exc.strerror}); recompile the artifact") from exc
     if hashlib.sha256(state).hexdigest() != manifest.state_sha256:

@@ -179,7 +179,7 @@ def compile_program(request: CompileRequest, config: Config, console: Console,
     data = splits(trainset, optimizer, request.train_limit, request.dev_limit)
     model = config.lm.model
     name = request.name or f"{trainset.name}-{optimizer.name}-{model.split('/')[-1]}"
-    folder = config.artifacts.path / name
+    folder = artifacts.folder_for(config.artifacts.path, name)
     if folder.exists() and not request.replace:
         raise UserError(f"artifact {folder} exists; choose another --name or pass --replace")
     started = time.perf_counter()
