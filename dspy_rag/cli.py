@@ -230,7 +230,7 @@ def compile_command(
 
 def _run(program: Any, question: str, settings: Config) -> Any:
     """Run a program, turning the LM failures a user can act on into one-line errors."""
-    from dspy.utils.exceptions import AdapterParseError, ContextWindowExceededError, LMError
+    from dspy.utils.exceptions import AdapterParseError, ContextWindowExceededError, LMError, LMTransportError
 
     model = settings.lm.model
     try:
@@ -240,6 +240,10 @@ def _run(program: Any, question: str, settings: Config) -> Any:
                         "lower retrieval.top_n or ingest.chunk_chars, or raise lm.context_window") from exc
     except AdapterParseError as exc:
         raise UserError(f"{model} returned output that could not be parsed; retry, or use a larger --model") from exc
+    except LMTransportError as exc:  # no reply at all: DSPy's own advice after the ';' is for library users
+        reason = (str(exc).strip().split(";")[0].splitlines() or [type(exc).__name__])[0]
+        raise UserError(f"{reason}; check that {model}'s server (lm.api_base) runs and answers within lm.timeout "
+                        f"({settings.lm.timeout:.0f} s)") from exc
     except LMError as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"{first_line}; check the model name, its server (lm.api_base) and its API key") from exc
