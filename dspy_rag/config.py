@@ -8,7 +8,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from dspy_rag.errors import UserError
+from dspy_rag.errors import UserError, register_secret
 
 DEFAULT_CONFIG_FILE = Path("dspy-rag.yaml")
 ENV_PREFIX = "DSPY_RAG_"
@@ -27,6 +27,7 @@ class LMConfig(Section):
     api_base: str | None = None
     api_key: SecretStr | None = None
     context_window: int = Field(4096, ge=512, description="local models only: llama.cpp n_ctx")
+    timeout: float = Field(120.0, gt=0, description="remote models: seconds to wait for a reply before giving up")
     cache: bool = False
     prompt_cache: bool = Field(True, description="local models: keep each signature's prompt state on disk")
     threads: int | None = Field(None, ge=1, description="local models: CPU threads (default all cores; 1 leaves a "
@@ -155,8 +156,12 @@ def load_config(
     for dotted, value in layered.items():
         _set_dotted(tree, dotted, value)
     try:
-        return Config.model_validate(tree)
+        config = Config.model_validate(tree)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise UserError(f"invalid configuration at '{where}': {first['msg']} (see `dspy-rag config`)") from exc
+    for secret in (config.lm.api_key, config.web.tavily_api_key):
+        if secret is not None:
+            register_secret(secret.get_secret_value())
+    return config

@@ -171,4 +171,4 @@ def build_lm(config: LMConfig) -> dspy.LM:
     elif config.api_base:
         extra["api_key"] = "not-needed"  # OpenAI-compatible local servers ignore the key but the client wants one
     return dspy.LM(config.model, temperature=config.temperature, max_tokens=config.max_tokens,
-                   cache=config.cache, **extra)
+                   cache=config.cache, timeout=config.timeout, **extra)

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from dspy_rag.config import Config, IndexConfig
 from dspy_rag.documents import Document, Section, kind_of, parse, read_bytes
-from dspy_rag.errors import UserError
+from dspy_rag.errors import UserError, redact
 from dspy_rag.files import cache_root
 from dspy_rag.index import Index
 from dspy_rag.retrieval import Passage, Retriever
@@ -68,7 +68,7 @@ class TavilySearch:
         except errors.ForbiddenError as exc:
             raise WebSearchError("Tavily refused the request (HTTP 403); check the key's plan") from exc
         except errors.BadRequestError as exc:
-            raise WebSearchError(f"Tavily refused the query (HTTP 400): {exc}") from exc
+            raise WebSearchError(f"Tavily refused the query (HTTP 400): {redact(str(exc))}") from exc
         except errors.TimeoutError as exc:
             raise WebSearchError(f"Tavily did not answer within {self.timeout:.0f} s") from exc
         except requests.ConnectionError as exc:
