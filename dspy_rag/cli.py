@@ -261,6 +261,7 @@ def program_for(pipeline: str, settings: Config, store: Any, searcher: Any, poli
     if pipeline == "baseline" or chosen is None:
         return program
     manifest = artifacts.load(chosen, program)
+    program.artifact = manifest.name
     away = "" if manifest.model == settings.lm.model else f", compiled for {manifest.model}: prompts transfer as text"
     say(f"artifact {manifest.name} ({manifest.optimizer} on {manifest.trainset}{away})")
     return program
@@ -321,7 +322,7 @@ def ask(
     if as_json:
         print(json.dumps({
             "question": text, "pipeline": pipeline, "model": settings.lm.model, "answer": result.answer,
-            "short_answer": result.short_answer,
+            "short_answer": result.short_answer, "artifact": program.artifact if pipeline == "deep" else None,
             "citations": [vars(c) for c in result.citations], "flagged": getattr(result, "flagged", []),
             "retrieved": [{"id": p.id, "source": p.source, "section": p.section, "score": p.score}
                           for p in result.passages],

@@ -53,6 +53,7 @@ class DeepResearch(dspy.Module):
         self.budgets = budgets or BudgetConfig()
         self.policy = policy
         self.on_event = on_event
+        self.artifact: str | None = None  # the compiled artifact whose prompts and demos it runs, if any
         self.plan = dspy.Predict(PlanResearch)
         self.rewrite = dspy.Predict(RewriteQuery)
         self.supervise = dspy.Predict(ChooseStrategy)

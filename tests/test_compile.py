@@ -174,3 +174,29 @@ def test_musique_decompositions_become_the_planners_labeled_demos(tenk_index: An
     prompt = dspy.JSONAdapter().format(compiled.plan.signature, compiled.plan.demos,
                                        {"question": "Q?", "sections": [], "web_available": False, "findings": []})
     assert musique[0].plan[1] in "".join(m["content"] for m in prompt)
+
+
+def test_ask_runs_an_artifact_under_another_model_and_says_so(trainset: Path, settings: Config,
+                                                              scripted: list[DummyLM], tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from dspy_rag import models
+    from dspy_rag.cli import app
+
+    run(trainset, settings, "labeled")
+    monkeypatch.setattr(models, "build_lm", lambda _config: DummyLM(REPLIES, adapter=dspy.JSONAdapter()))
+    (tmp_path / "dspy-rag.yaml").write_text(f"artifacts: {{path: {settings.artifacts.path}}}\n"
+                                            "retrieval: {reranker: none}\n")
+    index = load_trainset(str(trainset)).index(settings).config.index.path
+    result = CliRunner().invoke(app, ["ask", "--json", "--index", str(index), "--model", "local/qwen2.5-coder-1.5b",
+                                      "--artifact", "tiny-labeled", "What was Data Center revenue?"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["artifact"] == "tiny-labeled" and answer["short_answer"] == "$15.01 billion"
+    shown = CliRunner().invoke(app, ["ask", "--index", str(index), "--model", "local/qwen2.5-coder-1.5b",
+                                     "--artifact", "tiny-labeled", "What was Data Center revenue?"])
+    assert "artifact tiny-labeled (labeled on tiny, compiled for local/qwen2.5-coder-0.5b" in shown.stderr
+    assert "Answer: $15.01 billion" in shown.stdout
+    uncompiled = CliRunner().invoke(app, ["ask", "--json", "--index", str(index), "--artifact", "none", "Revenue?"])
+    assert json.loads(uncompiled.stdout)["artifact"] is None
