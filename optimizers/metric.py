@@ -23,8 +23,8 @@ DEFAULT_THRESHOLD = 0.5  # a bootstrapped demo must come from a run at least thi
 def example_of(question: Question) -> dspy.Example:
     """The gold answer is the short answer: a labeled demo must not teach the cited answer to drop its citations.
     A gold plan, where the dataset has one, becomes the planner's labeled demo."""
-    gold_plan = {"steps": [Step(sub_question=q, tool="search_docs", justification=f"hop {n} of the question")
-                           for n, q in enumerate(question.plan, start=1)]} if question.plan else {}
+    gold_plan = {"steps": [Step(**{"justification": f"part {n} of the question", **step})
+                           for n, step in enumerate(question.plan, start=1)]} if question.plan else {}
     return dspy.Example(id=question.id, question=question.question, short_answer=question.answer,
                         aliases=list(question.aliases), gold_passages=list(question.gold_passages),
                         gold_sections=list(question.gold_sections), **gold_plan).with_inputs("question")

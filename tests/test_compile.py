@@ -170,10 +170,10 @@ def test_musique_decompositions_become_the_planners_labeled_demos(tenk_index: An
     compiled = LabeledFewShot(k=2).compile(DeepResearch(Retriever(tenk_index, top_k=5)),
                                            trainset=[example_of(q) for q in musique])
     plans = [[s.sub_question for s in demo.steps] for demo in compiled.plan.demos]
-    assert sorted(plans) == sorted(list(q.plan) for q in musique)
+    assert sorted(plans) == sorted([s["sub_question"] for s in q.plan] for q in musique)
     prompt = dspy.JSONAdapter().format(compiled.plan.signature, compiled.plan.demos,
                                        {"question": "Q?", "sections": [], "web_available": False, "findings": []})
-    assert musique[0].plan[1] in "".join(m["content"] for m in prompt)
+    assert musique[0].plan[1]["sub_question"] in "".join(m["content"] for m in prompt)
 
 
 def test_ask_runs_an_artifact_under_another_model_and_says_so(trainset: Path, settings: Config,

@@ -90,6 +90,17 @@ def test_gold_sections_exist_in_the_filing(questions: list[Question], sections: 
     assert not missing, f"gold sections the reader does not produce: {sorted(missing)}"
 
 
+def test_gold_plans_search_real_sections_and_the_web_where_the_question_needs_it(
+        questions: list[Question], sections: dict[str, str]) -> None:
+    planned = [q for q in questions if q.plan]
+    assert {q.kind for q in planned} == {"multi-section", "10k+web"} and all(q.split == "train" for q in planned)
+    for q in planned:
+        assert len(q.plan) >= 2 and all(step["sub_question"].endswith("?") for step in q.plan), q.id
+        assert {s["section"] for s in q.plan if s.get("section")} <= set(sections), q.id
+        tools = {step["tool"] for step in q.plan}
+        assert tools == ({"search_docs", "search_web"} if q.kind == "10k+web" else {"search_docs"}), q.id
+
+
 def test_single_section_answers_appear_in_their_section(questions: list[Question], sections: dict[str, str]) -> None:
     singles = [q for q in questions if q.kind == "single-section"]
     assert singles

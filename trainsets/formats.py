@@ -32,8 +32,9 @@ class Question:
     kind: str = ""
     split: str = ""
     gold_web: tuple[str, ...] = ()
-    # A gold research plan where the dataset decomposes its questions (MuSiQue): the planner's labeled demos.
-    plan: tuple[str, ...] = field(default=(), compare=False)
+    # A gold research plan (steps with sub_question, tool and optionally section), from the dataset's own
+    # decomposition (MuSiQue) or written by hand (generic JSONL): the planner's labeled demos.
+    plan: tuple[dict[str, str], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,8 @@ def _musique(row: dict[str, Any]) -> Question:
     ids = {p["idx"]: passage_id(p["title"], p["paragraph_text"]) for p in row["paragraphs"]}
     gold = tuple(ids[p["idx"]] for p in row["paragraphs"] if p["is_supporting"])
     others = tuple(ids[p["idx"]] for p in row["paragraphs"] if not p["is_supporting"])
-    plan = tuple(sub_question(hop["question"]) for hop in row.get("question_decomposition") or ())
+    plan = tuple({"sub_question": sub_question(hop["question"]), "tool": "search_docs"}
+                 for hop in row.get("question_decomposition") or ())
     return Question(row["id"], row["question"], row["answer"], tuple(row.get("answer_aliases") or ()), gold, (), others,
                     plan=plan)
 
@@ -110,7 +112,8 @@ def _multihop_rag(row: dict[str, Any]) -> Question:
 def _generic(row: dict[str, Any]) -> Question:
     return Question(str(row["id"]), row["question"], str(row["answer"]), tuple(row.get("aliases") or ()),
                     tuple(row.get("gold_passages") or ()), tuple(row.get("gold_sections") or ()),
-                    kind=row.get("kind") or "", split=row.get("split") or "", gold_web=tuple(row.get("gold_web") or ()))
+                    kind=row.get("kind") or "", split=row.get("split") or "", gold_web=tuple(row.get("gold_web") or ()),
+                    plan=tuple(row.get("plan") or ()))
 
 
 _READERS: dict[Format, Callable[[dict[str, Any]], Question]] = {
