@@ -4,6 +4,7 @@ Every optimizer gets the same metric; a teacher model, when given, writes the de
 GEPA, proposes the instructions) while the student is the model the artifact is compiled for.
 """
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,12 +30,25 @@ class Optimizer:
     compile_args: Callable[[dict[str, Any]], dict[str, Any]] = lambda settings: {}
 
 
+class LabeledPerModule(LabeledFewShot):
+    """LabeledFewShot that gives each module k examples labeled for *it*: only examples with a gold plan can
+    show the planner a plan, so sampling among all examples would mostly hand it demos it cannot use."""
+
+    def compile(self, student: dspy.Module, *, trainset: list[dspy.Example], sample: bool = True) -> dspy.Module:
+        self.student = student.reset_copy()
+        rng = random.Random(0)
+        for predictor in self.student.predictors():
+            labeled = [e for e in trainset if any(e.get(name) is not None for name in predictor.signature.output_fields)]
+            predictor.demos = rng.sample(labeled, min(self.k, len(labeled)))
+        return self.student
+
+
 def _teacher(teacher: dspy.LM | None) -> dict[str, Any]:
     return {"lm": teacher} if teacher is not None else {}
 
 
 def _labeled(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm: dspy.LM) -> Any:
-    return LabeledFewShot(k=s["k"])
+    return LabeledPerModule(k=s["k"])
 
 
 def _bootstrap(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm: dspy.LM) -> Any:
@@ -60,7 +74,7 @@ def _gepa(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm
 
 
 OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
-    Optimizer("labeled", {"k": 2}, _labeled, lambda train, val, s: 0),
+    Optimizer("labeled", {"k": 3}, _labeled, lambda train, val, s: 0),
     Optimizer("bootstrap", {"demos": 2, "labeled": 2, "max_errors": 5}, _bootstrap,
               lambda train, val, s: train),
     Optimizer("random-search", {"demos": 2, "labeled": 2, "candidates": 2, "max_errors": 5}, _random_search,

@@ -1,16 +1,21 @@
-"""Shared fixtures: the real data in ../shared/data, scratch configurations and a real 10-K index."""
+"""Shared fixtures: the real data in ../shared/data, scratch configurations, a real 10-K index, the CLI run
+as a user runs it, and fake HTTP services (an OpenAI-compatible LM) on 127.0.0.1."""
 
+import io
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 
@@ -23,13 +28,51 @@ TENK = tenk_filing()
 CLI = str(Path(sys.executable).parent / "dspy-rag")
 
 
+def user_environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """A user's environment: this one without the developer's DSPY_RAG_* or provider keys, plus `env`."""
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("DSPY_RAG_", "OPENAI_")) or k == "DSPY_RAG_CACHE"}
+    return {**clean, **(env or {})}
+
+
 def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 900
             ) -> subprocess.CompletedProcess[str]:
     """The installed `dspy-rag` as a user runs it, without the developer's DSPY_RAG_* or provider keys."""
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("DSPY_RAG_", "OPENAI_")) or k == "DSPY_RAG_CACHE"}
-    return subprocess.run([CLI, *args], cwd=cwd, env={**clean, **(env or {})}, capture_output=True, text=True,
+    return subprocess.run([CLI, *args], cwd=cwd, env=user_environment(env), capture_output=True, text=True,
                           timeout=timeout)
+
+
+def start_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """`run_cli` without waiting: a running command a test can signal, or run beside others."""
+    return subprocess.Popen([CLI, *args], cwd=cwd, env=user_environment(env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def invoke(*args: str) -> subprocess.CompletedProcess[str]:
+    """`dspy-rag ARGS` through the same entry point, in this process: no start-up cost, so a test can run many."""
+    from dspy_rag.cli import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    code: int | str | None = 0
+    with patch.object(sys, "argv", ["dspy-rag", *args]), redirect_stdout(stdout), redirect_stderr(stderr):
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code
+    return subprocess.CompletedProcess(list(args), code if isinstance(code, int) else int(code is not None),
+                                       stdout.getvalue(), stderr.getvalue())
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str, code: int = 2) -> None:
+    """A failed command: a non-zero exit and one `error:` line last on stderr saying what to do, no traceback."""
+    assert result.returncode == code, result.stderr
+    # Progress lines may precede it; the error is the last line, and the only one.
+    lines = result.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert errors == lines[-1:], result.stderr
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in errors[0]
 
 
 @pytest.fixture(autouse=True)
@@ -68,6 +111,79 @@ def running_server(command: list[str], ready_url: str, timeout: float = 60.0) ->
         process.wait(timeout=30)
 
 
+class JsonServer:
+    """A JSON-over-HTTP service on 127.0.0.1: each POST's payload goes to `answer`, whose (status, body) is sent
+    back; every request's headers and payload are kept in `requests`."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[dict[str, str], dict[str, Any]]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append((dict(self.headers), payload))
+                status, body = fake.answer(payload)
+                data = json.dumps(body).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up first: timeout tests want exactly that
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, payload: dict[str, Any]) -> tuple[int, Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+class FakeLM(JsonServer):
+    """An OpenAI-compatible chat endpoint that answers like a scripted DummyLM: the reply whose key the prompt's
+    last message contains. A test sets the faults: `status` (and `error`, the provider's message), `mangle`
+    (what becomes of the reply text), `delay`, or `hold_after` (later requests wait until `release` is set)."""
+
+    def __init__(self, replies: dict[str, dict[str, Any]]) -> None:
+        self.replies = replies
+        self.status, self.error, self.delay = 200, "scripted failure", 0.0
+        self.mangle: Callable[[str], str] = lambda text: text
+        self.hold_after: int | None = None
+        self.release = threading.Event()
+        super().__init__()
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The settings that point dspy-rag at this endpoint."""
+        return {"DSPY_RAG_LM_MODEL": "openai/fake", "DSPY_RAG_LM_API_BASE": self.url + "/v1"}
+
+    def answer(self, payload: dict[str, Any]) -> tuple[int, Any]:
+        if self.hold_after is not None and len(self.requests) > self.hold_after:
+            self.release.wait(timeout=120)
+        time.sleep(self.delay)
+        if self.status != 200:
+            return self.status, {"error": {"message": self.error, "type": "invalid_request_error"}}
+        prompt = payload["messages"][-1]["content"]
+        reply = next((r for key, r in self.replies.items() if key in prompt), {})
+        message = {"role": "assistant", "content": self.mangle(json.dumps(reply))}
+        return 200, {"id": "fake", "object": "chat.completion", "created": 0, "model": payload["model"],
+                     "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                     "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
+
+    def close(self) -> None:
+        self.release.set()
+        super().close()
+
+
 def scratch_config(root: Path, **overrides: object) -> Config:
     return load_config(overrides={"index.path": root / "index", **overrides}, environ={})
 
@@ -97,6 +213,19 @@ REPLIES: dict[str, dict[str, Any]] = {
 }
 
 
+# The baseline's reply, for a FakeLM that serves both programs.
+BASELINE_REPLY = {"`cited_passages`": {"evidence": "", "answer": "Data Center revenue was $15.01 billion [1].",
+                                       "cited_passages": [1], "short_answer": "$15.01 billion"}}
+
+
+@pytest.fixture()
+def fake_lm() -> Iterator[FakeLM]:
+    """A scripted OpenAI-compatible LM for both programs: every deep run plans one step over the documents."""
+    server = FakeLM({**BASELINE_REPLY, **REPLIES})
+    yield server
+    server.close()
+
+
 def _question(n: int, answer: str, split: str) -> dict[str, Any]:
     return {"id": f"q{n}", "question": f"Question {n}: what was the revenue?", "answer": answer, "split": split}
 
@@ -104,9 +233,11 @@ def _question(n: int, answer: str, split: str) -> dict[str, Any]:
 @pytest.fixture()
 def trainset(tmp_path: Path) -> Path:
     """A tiny trainset over two facts: the scripted answer is right for q1, q3 (train) and q5 (dev), wrong for
-    q2, q4 (train) and q6 (dev)."""
+    q2, q4 (train) and q6 (dev); q1 carries a gold plan."""
     (tmp_path / "facts.md").write_text(FACTS)
-    rows = [_question(1, "$15.01 billion", "train"), _question(2, "Jensen Huang", "train"),
+    planned = {**_question(1, "$15.01 billion", "train"),
+               "plan": [{"sub_question": "What was Data Center revenue?", "tool": "search_docs"}]}
+    rows = [planned, _question(2, "Jensen Huang", "train"),
             _question(3, "15.01 billion", "train"), _question(4, "41%", "train"),
             _question(5, "$15.01 billion", "dev"), _question(6, "Jensen Huang", "dev")]
     (tmp_path / "qs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

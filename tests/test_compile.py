@@ -83,7 +83,10 @@ def test_labeled_few_shot_makes_no_lm_calls_to_optimize(trainset: Path, settings
     state = json.loads((settings.artifacts.path / "tiny-labeled" / "program.json").read_text())
     assert {d["short_answer"] for d in state["synthesize"]["demos"]} <= {"$15.01 billion", "Jensen Huang",
                                                                          "15.01 billion", "41%"}
-    assert len(state["synthesize"]["demos"]) == 2 and state["plan"]["demos"]  # k=2 to every predictor
+    assert len(state["synthesize"]["demos"]) == 3  # k=3 of the four examples labeled with a short answer
+    # only q1 is labeled with a plan, so the planner gets that one demo rather than unusable ones
+    assert [d["question"] for d in state["plan"]["demos"]] == ["Question 1: what was the revenue?"]
+    assert [s["sub_question"] for s in state["plan"]["demos"][0]["steps"]] == ["What was Data Center revenue?"]
 
 
 def test_a_recompile_starts_from_its_parent(trainset: Path, settings: Config, scripted: list[DummyLM]) -> None:
