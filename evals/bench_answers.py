@@ -57,6 +57,10 @@ class Row:
     lm_seconds: float | None
     steps: int
     stopped_early: str | None
+    # ragas (evals/ragas_bridge.py); defaults keep rows cached before them loadable.
+    ragas: dict[str, float | None] | None = None  # metric -> value, None where undefined or the judge failed
+    judge: str | None = None  # the model that judged ragas' LLM metrics
+    judge_failed: list[str] | None = None  # the judged metrics whose judge reply failed
 
 
 @dataclass

@@ -2,9 +2,10 @@
 
     dspy-rag eval --questions nvidia-10k --artifact none --artifact nvidia-10k-labeled --model local/qwen2.5-coder-1.5b
 
-Every column is scored per question with the shared metrics; the table gives means with bootstrap
-intervals and each column's gain over the first with a paired interval (same questions resampled). Rows
-are cached as they finish, so an interrupted run resumes, and every column appends a line to the ledger.
+Every column is scored per question with the shared metrics and with ragas' (`ragas_bridge`; its LLM metrics
+with `--judge MODEL`); the table gives means with bootstrap intervals and each column's gain over the first
+with a paired interval (same questions resampled). Rows are cached as they finish, so an interrupted run
+resumes, and every column appends a line to the ledger.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -24,6 +25,7 @@ from dspy_rag.config import Config, load_config
 from dspy_rag.errors import UserError
 from dspy_rag.evals.bench_answers import PIPELINES, RESULTS, EvalSet, Row, cached_rows, load_set, run_question, score
 from dspy_rag.evals.metrics import AnswerScores, weighted_score
+from dspy_rag.evals.ragas_bridge import HEADERS, Judge, cell, inputs_of, ragas_scores, summarize
 from dspy_rag.evals.stats import bootstrap_ci, paired_delta_ci
 from dspy_rag.files import write_atomic, write_json_atomic
 from dspy_rag.optimizers.ledger import LedgerEntry, append, ledger_path
@@ -31,6 +33,8 @@ from dspy_rag.trainsets.registry import load_trainset
 
 if TYPE_CHECKING:
     import dspy
+
+    from dspy_rag.trainsets.formats import Question
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -84,6 +88,7 @@ def summary(rows: list[Row], weights: dict[str, float], first: list[Row] | None)
         "median_lm_calls": statistics.median(r.lm_calls for r in rows),
         "median_tokens": statistics.median(r.tokens for r in rows),
         "median_seconds": round(statistics.median(r.seconds for r in rows), 2),
+        "ragas": summarize([r.ragas for r in rows], [r.judge_failed for r in rows]),
     }
     if first is not None:
         base = [weighted(r, weights) for r in first]
@@ -92,27 +97,48 @@ def summary(rows: list[Row], weights: dict[str, float], first: list[Row] | None)
     return result
 
 
+def ragas_names(results: dict[str, dict[str, Any]]) -> list[str]:
+    """The ragas metrics of any column, in the bridge's order."""
+    return list(dict.fromkeys(name for r in results.values() for name in r["ragas"]))
+
+
 def markdown(results: dict[str, dict[str, Any]], title: str) -> str:
     names = ["score", "score_ci", "delta", "delta_ci", "em", "f1", "evidence_recall", "citation_validity",
              "median_lm_calls", "median_tokens", "median_seconds"]
-    lines = [f"# {title}", "", "| column | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    lines += [f"| {label} | " + " | ".join(str(r.get(n, "")) for n in names) + " |" for label, r in results.items()]
+    ragas = ragas_names(results)
+    lines = [f"# {title}", "", "| column | " + " | ".join(names + ragas) + " |",
+             "|---" * (len(names) + len(ragas) + 1) + "|"]
+    cells = lambda r: [str(r.get(n, "")) for n in names] + [cell(r["ragas"].get(n)) for n in ragas]  # noqa: E731
+    lines += [f"| {label} | " + " | ".join(cells(r)) + " |" for label, r in results.items()]
     return "\n".join(lines) + "\n"
 
 
 def print_table(results: dict[str, dict[str, Any]], title: str) -> None:
     table = Table(title=title)
-    for name in ("column", "score", "95% CI", "Δ first", "Δ 95% CI", "F1", "evidence", "citations", "calls", "s"):
+    ragas = ragas_names(results)
+    for name in ("column", "score", "95% CI", "Δ first", "Δ 95% CI", "F1", "evidence", "citations", "calls", "s",
+                 *(HEADERS[n] for n in ragas)):
         table.add_column(name)
     for label, r in results.items():
         table.add_row(label, f"{r['score']:.3f}", r["score_ci"], f"{r.get('delta', 0):+.3f}" if "delta" in r else "",
                       r.get("delta_ci", ""), f"{r['f1']:.3f}", str(r["evidence_recall"]), str(r["citation_validity"]),
-                      str(r["median_lm_calls"]), str(r["median_seconds"]))
+                      str(r["median_lm_calls"]), str(r["median_seconds"]), *(cell(r["ragas"].get(n)) for n in ragas))
     out.print(table)
 
 
+def with_ragas(row: Row, question: Question, prediction: dspy.Prediction, judge: Judge | None) -> Row:
+    """The row with its ragas scores: the LLM-free ones, and the judged ones when there is a judge."""
+    scores = ragas_scores(inputs_of(question, prediction), judge)
+    return replace(row, ragas=scores.values, judge=scores.judge, judge_failed=scores.failed)
+
+
+def current(row: Row | None, judge: Judge | None) -> bool:
+    """A cached row stands, unless a judge is asked for that did not judge it."""
+    return row is not None and (judge is None or row.judge == judge.model)
+
+
 def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache: Path,
-                build: Any) -> dict[Column, list[Row]]:
+                build: Any, judge: Judge | None = None) -> dict[Column, list[Row]]:
     done = cached_rows(cache)
     cache.parent.mkdir(parents=True, exist_ok=True)
     rows: dict[Column, list[Row]] = {}
@@ -120,10 +146,11 @@ def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache:
         program: dspy.Module | None = None
         for n, question in enumerate(eval_set.questions, start=1):
             key = (eval_set.name, column.label, question.id)
-            if key not in done:
+            if not current(done.get(key), judge):
                 program = program or build(column)
                 prediction, usage = run_question(program, question)
-                done[key] = score(eval_set, column.label, question, prediction, usage)
+                done[key] = with_ragas(score(eval_set, column.label, question, prediction, usage), question, prediction,
+                                       judge)
                 with cache.open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps(asdict(done[key])) + "\n")
             row = done[key]
@@ -139,6 +166,8 @@ def eval_command(
     model: Annotated[list[str] | None, typer.Option(help="model (repeat; default the configured one)")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="first N dev questions")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="folder for results JSON, rows and report")] = None,
+    judge: Annotated[str | None, typer.Option(help="a model that judges ragas' LLM metrics (faithfulness, answer "
+                                              "correctness, context precision and recall)")] = None,
     config_file: Annotated[Path | None, typer.Option("--config", help="YAML configuration")] = None,
 ) -> None:
     """Evaluate pipelines, artifacts and models side by side on a trainset's dev questions."""
@@ -159,15 +188,22 @@ def eval_command(
     folder = out_dir or RESULTS / f"eval-{trainset.name}"
     lms: dict[str, dspy.LM] = {}
 
+    def lm_for(name: str) -> dspy.LM:
+        """One LM per model, shared by its columns and the judge."""
+        if name not in lms:
+            lms[name] = build_lm(config.lm.model_copy(update={"model": name}))
+        return lms[name]
+
     def build(column: Column) -> dspy.Module:
         settings = config.model_copy(update={"lm": config.lm.model_copy(update={"model": column.model})})
-        if column.model not in lms:
-            lms[column.model] = build_lm(settings.lm)
-        dspy.configure(lm=lms[column.model], adapter=dspy.JSONAdapter())
+        dspy.configure(lm=lm_for(column.model), adapter=dspy.JSONAdapter())
         return program_for(column.pipeline, settings, eval_set.index, eval_set.web, "llm", lambda _msg: None,
                            column.artifact)
 
-    rows = run_columns(eval_set, columns, config, folder / "rows.jsonl", build)
+    grader = Judge(judge, lm_for(judge), eval_set.index.embedder) if judge else None
+    rows = run_columns(eval_set, columns, config, folder / "rows.jsonl", build, grader)
+    if grader:
+        err.print(f"judge {judge}, this run: {grader.report()}", highlight=False)
     weights = dict(DEFAULT_WEIGHTS)
     first = rows[columns[0]]
     results = {c.label: summary(rows[c], weights, None if c == columns[0] else first) for c in columns}

@@ -103,7 +103,8 @@ def evidence_recall(retrieved_ids: Sequence[str], gold_ids: Sequence[str]) -> fl
     return len(gold & set(_strings(retrieved_ids, "retrieved_ids"))) / len(gold)
 
 
-def _same_section(a: str, b: str) -> bool:
+def same_section(a: str, b: str) -> bool:
+    """Whether two section names name the same section (see `section_recall`)."""
     a, b = ALIASES.get(a.strip().lower(), a), ALIASES.get(b.strip().lower(), b)
     item_a, item_b = _item(a), _item(b)
     if item_a and item_b:
@@ -125,7 +126,7 @@ def section_recall(retrieved_sections: Sequence[str], gold_sections: Sequence[st
     if not gold:
         return None
     retrieved = list(dict.fromkeys(_strings(retrieved_sections, "retrieved_sections")))
-    hits = sum(any(_same_section(g, r) for r in retrieved) for g in gold)
+    hits = sum(any(same_section(g, r) for r in retrieved) for g in gold)
     return hits / len(gold)
 
 
