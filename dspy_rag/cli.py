@@ -32,6 +32,7 @@ out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
 MAX_QUESTION_CHARS = 2000
+INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="YAML configuration (default: ./dspy-rag.yaml)")]
 IndexOption = Annotated[Path | None, typer.Option("--index", help="index folder (default: index.path)")]
@@ -367,7 +368,12 @@ def _quiet_libraries() -> None:
 def main() -> None:
     _quiet_libraries()
     try:
-        app()  # typer reports usage mistakes itself (exit 2) and turns Ctrl-C into "Aborted!" (exit 1)
+        app()  # typer reports usage mistakes itself (exit 2) and turns Ctrl-C into a silent exit 130
+    except SystemExit as exc:
+        if exc.code == INTERRUPTED:
+            exit_with_error("interrupted; nothing unfinished was saved (an ingest keeps the files it completed)",
+                            INTERRUPTED)
+        raise
     except UserError as exc:
         exit_with_error(str(exc), 2)
     except Exception as exc:  # the last line of defence: one line, never a traceback, unless asked for
