@@ -4,7 +4,9 @@ Each reader returns a `Document` whose sections tile its text in order, so a chu
 back to a section and to exact character offsets.
 """
 
+import logging
 import re
+import stat
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -187,12 +189,13 @@ def read_pdf(data: bytes, source: str) -> Document:
     import io
 
     from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
 
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # its repair notes would bury our one-line report
     try:
         pages = [page.extract_text() or "" for page in PdfReader(io.BytesIO(data)).pages]
-    except (PdfReadError, ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{source} is not a readable PDF ({exc}); check the file or convert it to text") from exc
+    except Exception as exc:  # pypdf raises many types on damaged files (loops, bad streams, missing keys)
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(f"{source} is not a readable PDF ({reason}); check the file or convert it to text") from exc
     headings, position = [], 0
     for number, page in enumerate(pages, start=1):
         headings.append((position, f"Page {number}"))
@@ -243,14 +246,17 @@ def kind_of(path: Path) -> str:
 
 def read_bytes(path: Path) -> bytes:
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise UserError(f"{path} is {size // 2**20} MB, over the {MAX_FILE_BYTES // 2**20} MB limit; split it first")
+        info = path.stat()
+        if stat.S_ISDIR(info.st_mode):
+            raise UserError(f"{path} is a directory; pass a file or a folder of documents")
+        if not stat.S_ISREG(info.st_mode):  # a pipe would block the ingest forever, a device never end
+            raise UserError(f"{path} is not a regular file (a pipe, socket or device); ingest saved documents")
+        if info.st_size > MAX_FILE_BYTES:
+            raise UserError(f"{path} is {info.st_size // 2**20} MB, over the {MAX_FILE_BYTES // 2**20} MB limit; "
+                            "split it first")
         return path.read_bytes()
     except FileNotFoundError as exc:
         raise UserError(f"{path} does not exist; check the path") from exc
-    except IsADirectoryError as exc:
-        raise UserError(f"{path} is a directory; pass a file or a folder of documents") from exc
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}") from exc
 

@@ -30,6 +30,7 @@ from dspy_rag.files import write_json_atomic
 from dspy_rag.tokenizer import tokenize
 
 CATALOG_FORMAT = 1
+CHUNK_FIELDS = {"source": str, "section": str, "start": int, "end": int, "text": str, "tokens": str}
 ProgressFn = Callable[[str, int, int], None]
 
 
@@ -52,6 +53,30 @@ class IngestReport:
 
 def _is_url(value: str) -> bool:
     return urlparse(value).scheme in ("http", "https")
+
+
+def well_formed(catalog: dict[str, Any]) -> bool:
+    """Every field a reader relies on is there, with its type: a damaged catalog is refused, never half-used."""
+    if not (isinstance(catalog.get("embedding_model"), str) and isinstance(catalog.get("collection"), str | None)
+            and isinstance(catalog.get("sources"), dict) and isinstance(catalog.get("chunks"), dict)):
+        return False
+    sources_ok = all(isinstance(meta, dict) and isinstance(meta.get("sha256"), str)
+                     and isinstance(meta.get("sections"), list) for meta in catalog["sources"].values())
+    return sources_ok and all(isinstance(row, dict) and all(isinstance(row.get(k), t) for k, t in CHUNK_FIELDS.items())
+                              for row in catalog["chunks"].values())
+
+
+def indexed_source(item: str) -> str:
+    """The name a file or URL is indexed under: its absolute path, which must be valid UTF-8 to be stored."""
+    if _is_url(item):
+        return item
+    source = str(Path(item).resolve())
+    try:
+        source.encode("utf-8")
+    except UnicodeEncodeError:
+        readable = os.fsencode(item).decode("utf-8", "backslashreplace")
+        raise UserError(f"{readable}: the file name is not valid UTF-8; rename the file, then ingest it") from None
+    return source
 
 
 def expand_inputs(inputs: list[str]) -> tuple[list[str], list[str]]:
@@ -105,6 +130,9 @@ class Index:
             raise UserError(f"index catalog {self.catalog_path} is unreadable ({exc}); re-ingest into a new --index") from exc
         if not isinstance(catalog, dict) or catalog.get("format") != CATALOG_FORMAT:
             raise UserError(f"{self.catalog_path} is not a dspy-rag index of format {CATALOG_FORMAT}; use another --index")
+        if not well_formed(catalog):
+            raise UserError(f"index catalog {self.catalog_path} is damaged (fields missing or of the wrong type); "
+                            "re-ingest into a new --index")
         if catalog["embedding_model"] != self.config.embedding.model:
             raise UserError(
                 f"index {self.root} was built with embedding model '{catalog['embedding_model']}', "
@@ -146,7 +174,8 @@ class Index:
         settings = Settings(anonymized_telemetry=False)
         url = self.config.index.chroma_url
         if not url:
-            return chromadb.PersistentClient(path=str(self.root / "chroma"), settings=settings)
+            # Chroma shares one client per path string in a process: a relative one would follow the working folder.
+            return chromadb.PersistentClient(path=str((self.root / "chroma").resolve()), settings=settings)
         parsed = urlparse(url)
         try:
             return chromadb.HttpClient(host=parsed.hostname or "127.0.0.1", port=parsed.port or 8000,
@@ -160,6 +189,21 @@ class Index:
             suffix = f"-{secrets.token_hex(4)}" if self.config.index.chroma_url else ""
             self.catalog["collection"] = self.config.index.collection + suffix
         return self.catalog["collection"]
+
+    @contextmanager
+    def _chroma_failures(self) -> Iterator[None]:
+        """A Chroma server that went away or a damaged store, as one line that says which and what to do."""
+        import httpx
+        from chromadb.errors import ChromaError
+
+        try:
+            yield
+        except (httpx.HTTPError, ChromaError) as exc:
+            detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            if url := self.config.index.chroma_url:
+                raise UserError(f"the Chroma server at {url} failed ({detail}); check that it runs, then retry") from exc
+            raise UserError(f"the vector store in {self.root / 'chroma'} is damaged ({detail}); "
+                            "re-ingest into a new --index") from exc
 
     @property
     def collection(self) -> Any:
@@ -180,9 +224,10 @@ class Index:
         known = self.catalog["chunks"]
         vector = self.embedder.embed_query([query])[0]
         # Over-fetch: chunks of an interrupted ingest may sit in Chroma without being committed.
-        result = self.collection.query(query_embeddings=[vector], n_results=min(2 * k, max(len(known), 1)) + 8,
-                                       where={"section": {"$in": sections}} if sections else None,
-                                       include=["distances"])
+        with self._chroma_failures():
+            result = self.collection.query(query_embeddings=[vector], n_results=min(2 * k, max(len(known), 1)) + 8,
+                                           where={"section": {"$in": sections}} if sections else None,
+                                           include=["distances"])
         hits = [Hit(self.chunk(i), 1.0 - d) for i, d in zip(result["ids"][0], result["distances"][0], strict=True) if i in known]
         return hits[:k]
 
@@ -209,11 +254,11 @@ class Index:
     # --- ingest -------------------------------------------------------------------------------------
 
     @contextmanager
-    def _writer_lock(self) -> Iterator[None]:
+    def _writer_lock(self, wait: bool = False) -> Iterator[None]:
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / ".ingest.lock", "w") as handle:
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError as exc:
                 raise UserError(f"another ingest is writing to {self.root}; wait for it to finish") from exc
             yield
@@ -266,11 +311,13 @@ class Index:
             self.collection.delete(ids=superseded)
 
     @contextmanager
-    def _writing(self) -> Iterator[IngestReport]:
-        """One writer at a time; leftovers of an interrupted ingest are swept before anything new is written."""
+    def _writing(self, wait: bool = False) -> Iterator[IngestReport]:
+        """One writer at a time (another is refused, or with `wait` waited for), starting from the catalog as last
+        committed; leftovers of an interrupted ingest are swept before anything new is written."""
         started = time.perf_counter()
         report = IngestReport()
-        with self._writer_lock():
+        with self._writer_lock(wait), self._chroma_failures():
+            self.catalog, self._bm25 = self._read_catalog(), None  # a writer before us may have committed since
             self._sweep_uncommitted()
             yield report
             if not self.catalog_path.exists():
@@ -290,15 +337,16 @@ class Index:
         report.chunks_written += len(chunks)
         return chunks
 
-    def ingest(self, inputs: list[str], progress: ProgressFn = lambda *_: None) -> IngestReport:
-        """Ingest files, folders and URLs; in a folder, a bad file is reported and the rest go on."""
+    def ingest(self, inputs: list[str], progress: ProgressFn = lambda *_: None, wait: bool = False) -> IngestReport:
+        """Ingest files, folders and URLs; in a folder, a bad file is reported and the rest go on. Another ingest
+        into the same index is refused, or with `wait` waited for."""
         files, skipped = expand_inputs(inputs)
-        with self._writing() as report:
+        with self._writing(wait) as report:
             report.skipped = skipped
             for number, item in enumerate(files, start=1):
                 progress(f"reading {Path(item).name}", number - 1, len(files))
-                source = item if _is_url(item) else str(Path(item).resolve())
                 try:
+                    source = indexed_source(item)
                     data, kind = self._load(item)
                     sha256 = hashlib.sha256(data).hexdigest()
                     if self._unchanged(source, sha256, report):
@@ -315,8 +363,9 @@ class Index:
         return report
 
     def ingest_documents(self, documents: list[Document], progress: ProgressFn = lambda *_: None) -> IngestReport:
-        """Ingest documents already in memory (web snapshots); a document is unchanged if its text is."""
-        with self._writing() as report:
+        """Ingest documents already in memory (web snapshots, corpora) into an index this tool caches for itself,
+        waiting for another process building it; a document is unchanged if its text is."""
+        with self._writing(wait=True) as report:
             staged = []
             for document in documents:
                 sha256 = hashlib.sha256(document.text.encode()).hexdigest()

@@ -91,10 +91,12 @@ class CrossEncoderReranker:
 
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-            self.model = AutoModelForSequenceClassification.from_pretrained(name_or_path, num_labels=1).eval()
+            # safetensors only: pickled weights (pytorch_model.bin) are never opened.
+            self.model = AutoModelForSequenceClassification.from_pretrained(name_or_path, num_labels=1,
+                                                                            use_safetensors=True).eval()
         except OSError as exc:
-            raise UserError(f"cannot load reranker '{name_or_path}'; offline, train one with "
-                            "`dspy-rag train-reranker` or set retrieval.reranker: none") from exc
+            raise UserError(f"cannot load reranker '{name_or_path}' (it needs model.safetensors); offline, train one "
+                            "with `dspy-rag train-reranker` or set retrieval.reranker: none") from exc
         self.name = name_or_path
         self.settings = {"architecture": "sequence-classification", "max_length": MAX_LENGTH}
 

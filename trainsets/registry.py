@@ -148,8 +148,8 @@ class Trainset:
         if self.definition.corpus:
             return build_index(scratch, self.passages, lambda *_: None)
         index = Index(scratch)
-        if not index.exists:
-            index.ingest([str(file) for file in self._corpus_files])
+        # Two compiles may build it at once: the second waits for the first, then finds every file unchanged.
+        index.ingest([str(file) for file in self._corpus_files], wait=True)
         return index
 
     def web(self, config: Config) -> WebSearch | None:
