@@ -223,13 +223,19 @@ class Index:
         """Nearest chunks by cosine similarity, optionally only within the named sections."""
         known = self.catalog["chunks"]
         vector = self.embedder.embed_query([query])[0]
-        # Over-fetch: chunks of an interrupted ingest may sit in Chroma without being committed.
-        with self._chroma_failures():
-            result = self.collection.query(query_embeddings=[vector], n_results=min(2 * k, max(len(known), 1)) + 8,
-                                           where={"section": {"$in": sections}} if sections else None,
-                                           include=["distances"])
-        hits = [Hit(self.chunk(i), 1.0 - d) for i, d in zip(result["ids"][0], result["distances"][0], strict=True) if i in known]
-        return hits[:k]
+        # Over-fetch: chunks of an ingest still running (or killed) sit in Chroma without being committed; when
+        # they crowd the committed ones out, fetch wider until k committed ones come back or nothing more does.
+        wanted = min(2 * k, max(len(known), 1)) + 8
+        while True:
+            with self._chroma_failures():
+                result = self.collection.query(query_embeddings=[vector], n_results=wanted,
+                                               where={"section": {"$in": sections}} if sections else None,
+                                               include=["distances"])
+            ids, distances = result["ids"][0], result["distances"][0]
+            hits = [Hit(self.chunk(i), 1.0 - d) for i, d in zip(ids, distances, strict=True) if i in known]
+            if len(hits) >= k or len(ids) < wanted:
+                return hits[:k]
+            wanted *= 4
 
     def _keyword_index(self) -> tuple[Any, list[str]]:
         if self._bm25 is None:
