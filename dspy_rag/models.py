@@ -170,5 +170,9 @@ def build_lm(config: LMConfig) -> dspy.LM:
         extra["api_key"] = config.api_key.get_secret_value()
     elif config.api_base:
         extra["api_key"] = "not-needed"  # OpenAI-compatible local servers ignore the key but the client wants one
-    return dspy.LM(config.model, temperature=config.temperature, max_tokens=config.max_tokens,
-                   cache=config.cache, timeout=config.timeout, **extra)
+    try:
+        return dspy.LM(config.model, temperature=config.temperature, max_tokens=config.max_tokens,
+                       cache=config.cache, timeout=config.timeout, **extra)
+    except ValueError as exc:  # DSPy checks the string's shape itself, e.g. "openai/" names no model
+        raise UserError(f"unknown model '{config.model}' ({exc}); use a LiteLLM model string such as "
+                        "openai/gpt-4o-mini") from exc

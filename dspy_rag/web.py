@@ -156,6 +156,8 @@ def web_search(config: Config, choice: str | None = None) -> WebSearch | None:
             if config.web.snapshot_path is None:
                 raise UserError("web.provider is snapshot but web.snapshot_path is not set; set it or use --web PATH")
             choice = str(config.web.snapshot_path)
+    if not choice.strip():  # an empty path would make the working folder the snapshot
+        raise UserError("--web needs tavily, off, or the PATH of a snapshot (.jsonl file or folder of pages)")
     if choice == "off":
         return None
     if choice == "tavily":
