@@ -17,6 +17,7 @@ from dspy_rag.errors import UserError, exit_with_error
 from dspy_rag.evals.bench_answers import answers_command
 from dspy_rag.evals.bench_retrieval import bench_app
 from dspy_rag.evals.evaluate import eval_command
+from dspy_rag.optimizers.distill_policy import distill_policy_command
 from dspy_rag.optimizers.history import history_command
 from dspy_rag.trainsets.registry import trainsets_command
 
@@ -28,6 +29,7 @@ app.add_typer(bench_app, name="bench")
 app.command("trainsets")(trainsets_command)
 app.command("history")(history_command)
 app.command("eval")(eval_command)
+app.command("distill-policy")(distill_policy_command)
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
@@ -40,6 +42,7 @@ ModelOption = Annotated[str | None, typer.Option("--model", help="local/qwen2.5-
 ArtifactOption = Annotated[str | None, typer.Option(
     "--artifact", help="deep: a compiled artifact (name or folder), auto (the default for the model) or none")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print one machine-readable JSON object")]
+Policy = Literal["llm", "plan", "learned"]
 
 
 def _config(config: Path | None, **flags: Any) -> Config:
@@ -252,13 +255,22 @@ def _run(program: Any, question: str, settings: Config) -> Any:
 
 def program_for(pipeline: str, settings: Config, store: Any, searcher: Any, policy: str, say: Any,
                 artifact: str | None = None) -> Any:
-    """The program, with the compiled artifact loaded into the deep one (`auto`: the default shipped for the model)."""
+    """The program, with the compiled artifact loaded into the deep one (`auto`: the default shipped for the model),
+    and the artifact's learned policy when it decides with one."""
     from dspy_rag.optimizers import artifacts
+    from dspy_rag.pipelines.learned_policy import LearnedPolicy
     from dspy_rag.pipelines.programs import build_program
 
-    program = build_program(pipeline, settings, store, searcher, policy,  # type: ignore[arg-type]
-                            on_event=lambda kind, text: say(f"[bold]{kind}[/bold] {escape(text)}"))
     chosen = artifacts.chosen(artifact or settings.artifacts.default, settings.artifacts.path, settings.lm.model)
+    learned = None
+    if pipeline == "deep" and policy == "learned":
+        if chosen is None:
+            raise UserError("--policy learned decides with an artifact's policy.json; pass --artifact NAME (run "
+                            "`dspy-rag distill-policy` for it first)")
+        learned = LearnedPolicy.load(chosen)
+        say(f"learned policy from {learned.summary.get('trainset', '?')} (threshold {learned.threshold:.2f})")
+    program = build_program(pipeline, settings, store, searcher, policy,  # type: ignore[arg-type]
+                            on_event=lambda kind, text: say(f"[bold]{kind}[/bold] {escape(text)}"), learned=learned)
     if pipeline == "baseline" or chosen is None:
         return program
     manifest = artifacts.load(chosen, program)
@@ -272,7 +284,8 @@ def program_for(pipeline: str, settings: Config, store: Any, searcher: Any, poli
 def ask(
     question: Annotated[str, typer.Argument(help="the question to research")],
     pipeline: Annotated[Literal["deep", "baseline"], typer.Option(help="which program answers")] = "deep",
-    policy: Annotated[Literal["llm", "plan"], typer.Option(help="deep: who decides to go on or stop")] = "llm",
+    policy: Annotated[Policy, typer.Option(help="deep: who decides to go on or stop (learned: the artifact's "
+                                           "distilled classifier, no LM call)")] = "llm",
     config: ConfigOption = None,
     index: IndexOption = None,
     model: ModelOption = None,

@@ -1,6 +1,8 @@
-"""`dspy-rag eval`: programs side by side on the same questions, one column per pipeline × artifact × model.
+"""`dspy-rag eval`: programs side by side on the same questions, one column per pipeline × artifact × model
+(× stopping policy, for the deep program).
 
     dspy-rag eval --questions nvidia-10k --artifact none --artifact nvidia-10k-labeled --model local/qwen2.5-coder-1.5b
+    dspy-rag eval --questions nvidia-10k --artifact tenk-bootstrap --policy llm --policy learned --policy plan
 
 Every column is scored per question with the shared metrics and with ragas' (`ragas_bridge`; its LLM metrics
 with `--judge MODEL`); the table gives means with bootstrap intervals and each column's gain over the first
@@ -13,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -46,16 +49,20 @@ class Column:
     pipeline: str
     artifact: str  # "none" for the uncompiled deep program and for the baseline
     model: str
+    policy: str = "llm"  # the deep program's stopping policy; the baseline has none
 
     @property
     def label(self) -> str:
         program = self.pipeline if self.artifact == "none" else f"{self.pipeline}+{self.artifact}"
-        return f"{program}@{self.model.split('/')[-1]}"
+        policy = "" if self.policy == "llm" else f"/{self.policy}"
+        return f"{program}{policy}@{self.model.split('/')[-1]}"
 
 
-def columns_of(pipelines: list[str], artifacts: list[str], models: list[str]) -> list[Column]:
-    """Every combination; an artifact holds deep prompts, so the baseline runs once per model."""
-    made = [Column(p, a if p == "deep" else "none", m) for m, p, a in itertools.product(models, pipelines, artifacts)]
+def columns_of(pipelines: list[str], artifacts: list[str], models: list[str],
+               policies: Sequence[str] = ("llm",)) -> list[Column]:
+    """Every combination; artifacts and policies are the deep program's, so the baseline runs once per model."""
+    made = [Column(p, a, m, policy) if p == "deep" else Column(p, "none", m)
+            for m, p, a, policy in itertools.product(models, pipelines, artifacts, policies)]
     return list(dict.fromkeys(made))
 
 
@@ -88,6 +95,7 @@ def summary(rows: list[Row], weights: dict[str, float], first: list[Row] | None)
         "median_lm_calls": statistics.median(r.lm_calls for r in rows),
         "median_tokens": statistics.median(r.tokens for r in rows),
         "median_seconds": round(statistics.median(r.seconds for r in rows), 2),
+        "mean_steps": round(statistics.fmean(r.steps for r in rows), 2),
         "ragas": summarize([r.ragas for r in rows], [r.judge_failed for r in rows]),
     }
     if first is not None:
@@ -104,7 +112,7 @@ def ragas_names(results: dict[str, dict[str, Any]]) -> list[str]:
 
 def markdown(results: dict[str, dict[str, Any]], title: str) -> str:
     names = ["score", "score_ci", "delta", "delta_ci", "em", "f1", "evidence_recall", "citation_validity",
-             "median_lm_calls", "median_tokens", "median_seconds"]
+             "median_lm_calls", "median_tokens", "median_seconds", "mean_steps"]
     ragas = ragas_names(results)
     lines = [f"# {title}", "", "| column | " + " | ".join(names + ragas) + " |",
              "|---" * (len(names) + len(ragas) + 1) + "|"]
@@ -116,13 +124,14 @@ def markdown(results: dict[str, dict[str, Any]], title: str) -> str:
 def print_table(results: dict[str, dict[str, Any]], title: str) -> None:
     table = Table(title=title)
     ragas = ragas_names(results)
-    for name in ("column", "score", "95% CI", "Δ first", "Δ 95% CI", "F1", "evidence", "citations", "calls", "s",
-                 *(HEADERS[n] for n in ragas)):
+    for name in ("column", "score", "95% CI", "Δ first", "Δ 95% CI", "F1", "evidence", "citations", "calls", "steps",
+                 "s", *(HEADERS[n] for n in ragas)):
         table.add_column(name)
     for label, r in results.items():
         table.add_row(label, f"{r['score']:.3f}", r["score_ci"], f"{r.get('delta', 0):+.3f}" if "delta" in r else "",
                       r.get("delta_ci", ""), f"{r['f1']:.3f}", str(r["evidence_recall"]), str(r["citation_validity"]),
-                      str(r["median_lm_calls"]), str(r["median_seconds"]), *(cell(r["ragas"].get(n)) for n in ragas))
+                      str(r["median_lm_calls"]), str(r["mean_steps"]), str(r["median_seconds"]),
+                      *(cell(r["ragas"].get(n)) for n in ragas))
     out.print(table)
 
 
@@ -164,6 +173,8 @@ def eval_command(
     pipeline: Annotated[list[str] | None, typer.Option(help="baseline and/or deep (repeat; default deep)")] = None,
     artifact: Annotated[list[str] | None, typer.Option(help="deep: artifact name/folder or none (repeat)")] = None,
     model: Annotated[list[str] | None, typer.Option(help="model (repeat; default the configured one)")] = None,
+    policy: Annotated[list[str] | None, typer.Option(help="deep: llm, plan or learned (the artifact's distilled "
+                                                     "classifier) (repeat; default llm)")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="first N dev questions")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="folder for results JSON, rows and report")] = None,
     judge: Annotated[str | None, typer.Option(help="a model that judges ragas' LLM metrics (faithfulness, answer "
@@ -171,9 +182,11 @@ def eval_command(
     config_file: Annotated[Path | None, typer.Option("--config", help="YAML configuration")] = None,
 ) -> None:
     """Evaluate pipelines, artifacts and models side by side on a trainset's dev questions."""
+    from typing import get_args
+
     import dspy
 
-    from dspy_rag.cli import program_for
+    from dspy_rag.cli import Policy, program_for
     from dspy_rag.models import build_lm
     from dspy_rag.optimizers.metric import DEFAULT_WEIGHTS, describe
 
@@ -181,7 +194,10 @@ def eval_command(
     pipelines = pipeline or ["deep"]
     if unknown := set(pipelines) - set(PIPELINES):
         raise UserError(f"unknown pipeline {sorted(unknown)}; choose baseline or deep")
-    columns = columns_of(pipelines, artifact or ["none"], model or [config.lm.model])
+    policies = policy or ["llm"]
+    if unknown := set(policies) - set(get_args(Policy)):
+        raise UserError(f"unknown policy {sorted(unknown)}; choose {', '.join(get_args(Policy))}")
+    columns = columns_of(pipelines, artifact or ["none"], model or [config.lm.model], policies)
     trainset = load_trainset(questions)
     eval_set = load_set(trainset, config)
     eval_set.questions = eval_set.questions[:limit]
@@ -197,8 +213,8 @@ def eval_command(
     def build(column: Column) -> dspy.Module:
         settings = config.model_copy(update={"lm": config.lm.model_copy(update={"model": column.model})})
         dspy.configure(lm=lm_for(column.model), adapter=dspy.JSONAdapter())
-        return program_for(column.pipeline, settings, eval_set.index, eval_set.web, "llm", lambda _msg: None,
-                           column.artifact)
+        return program_for(column.pipeline, settings, eval_set.index, eval_set.web, column.policy,
+                           lambda _msg: None, column.artifact)
 
     grader = Judge(judge, lm_for(judge), eval_set.index.embedder) if judge else None
     rows = run_columns(eval_set, columns, config, folder / "rows.jsonl", build, grader)
@@ -212,7 +228,8 @@ def eval_command(
     write_json_atomic(folder / "results.json", {"trainset": trainset.name, "title": title, "columns": results,
                                                 "rows": {c.label: [asdict(r) for r in rows[c]] for c in columns}})
     write_atomic(folder / "report.md", markdown(results, title).encode("utf-8"))
-    for column in columns:
+    # The ledger follows prompts across recompiles; a column that only swaps the stopping policy is no new program.
+    for column in (c for c in columns if c.policy == "llm"):
         append(ledger_path(config), LedgerEntry(
             kind="eval", artifact=ledger_name(column), parent=None,
             model=column.model, trainset=trainset.name, trainset_hash=trainset.content_hash, split="dev",

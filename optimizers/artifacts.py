@@ -139,7 +139,7 @@ def chosen(setting: str, artifacts_dir: Path, model: str) -> Path | None:
     return locate(setting, artifacts_dir)
 
 
-def _read(path: Path) -> bytes:
+def read_plain(path: Path) -> bytes:
     """A file of the artifact itself: not a link to somewhere else, not a device, not absurdly large."""
     info = path.lstat()
     if not stat.S_ISREG(info.st_mode):
@@ -154,7 +154,7 @@ def _read(path: Path) -> bytes:
 def read_manifest(folder: Path) -> Manifest:
     path = folder / MANIFEST_FILE
     try:
-        raw = json.loads(_read(path).decode("utf-8"))
+        raw = json.loads(read_plain(path).decode("utf-8"))
     except FileNotFoundError:
         raise UserError(f"{folder} is not a dspy-rag artifact (no {MANIFEST_FILE}); compile one with "
                         "`dspy-rag compile`") from None
@@ -181,7 +181,7 @@ def load(folder: Path, program: dspy.Module) -> Manifest:
         raise UserError(f"{folder} was compiled for other modules ({', '.join(manifest.predictors) or 'none'}) than "
                         f"this {type(program).__name__} has; recompile it for this program")
     try:
-        state = _read(folder / STATE_FILE)
+        state = read_plain(folder / STATE_FILE)
     except OSError as exc:
         raise UserError(f"{folder / STATE_FILE} cannot be read ({exc.strerror}); recompile the artifact") from exc
     if hashlib.sha256(state).hexdigest() != manifest.state_sha256:

@@ -13,6 +13,8 @@ import dspy
 
 from dspy_rag.citations import attribute, check_citations, citation_validity, number_passages, resolve
 from dspy_rag.config import BudgetConfig
+from dspy_rag.optimizers.policy_features import live_point
+from dspy_rag.pipelines.learned_policy import LearnedPolicy
 from dspy_rag.pipelines.lm_calls import BudgetExhausted, LMCalls
 from dspy_rag.pipelines.trajectory import Scored, StepRecord, Trajectory
 from dspy_rag.reranker import Reranker
@@ -29,7 +31,7 @@ from dspy_rag.signatures import (
 )
 from dspy_rag.web import WebSearch, WebSearchError
 
-PolicyMode = Literal["llm", "plan"]
+PolicyMode = Literal["llm", "plan", "learned"]
 Events = Callable[[str, str], None]
 MAX_SECTIONS_SHOWN = 40  # a corpus of many small documents has a title per passage: too many to plan with
 EVIDENCE_PER_STEP = 2
@@ -41,11 +43,17 @@ def first_sentence(text: str) -> str:
     return text.strip().split(". ")[0].rstrip(".") + "." if text.strip() else ""
 
 
+def by_plan(steps_left: int) -> tuple[str, str]:
+    return ("CONTINUE", "plan has steps left") if steps_left else ("FINISH", "plan done")
+
+
 class DeepResearch(dspy.Module):
     def __init__(self, retriever: Retriever, reranker: Reranker | None = None, web: WebSearch | None = None,
                  top_n: int = 4, budgets: BudgetConfig | None = None, policy: PolicyMode = "llm",
-                 on_event: Events = lambda kind, text: None) -> None:
+                 on_event: Events = lambda kind, text: None, learned: LearnedPolicy | None = None) -> None:
         super().__init__()
+        if policy == "learned" and learned is None:
+            raise ValueError("policy 'learned' needs the LearnedPolicy to decide with")
         self.retriever = retriever
         self.reranker = reranker
         self.web = web
@@ -53,6 +61,7 @@ class DeepResearch(dspy.Module):
         self.budgets = budgets or BudgetConfig()
         self.policy = policy
         self.on_event = on_event
+        self.learned = learned
         self.artifact: str | None = None  # the compiled artifact whose prompts and demos it runs, if any
         self.plan = dspy.Predict(PlanResearch)
         self.rewrite = dspy.Predict(RewriteQuery)
@@ -86,7 +95,8 @@ class DeepResearch(dspy.Module):
                 record.steps.append(step_record)
                 findings.append(step_record.finding)
                 evidence += [p for p in used if p.id not in {e.id for e in evidence}]
-                step_record.decision, step_record.decision_reason = self._decide(question, steps, findings, calls)
+                decided = self._decide(question, steps, findings, calls, record)
+                step_record.decision, step_record.decision_reason = decided
                 self.on_event("decision", f"{step_record.decision}: {step_record.decision_reason}")
                 if step_record.decision == "FINISH":
                     break
@@ -95,7 +105,7 @@ class DeepResearch(dspy.Module):
         except BudgetExhausted as exc:
             record.stopped_early = str(exc)
             self.on_event("stop", f"stopped early: {exc}")
-        return self._answer(question, findings, evidence[:MAX_EVIDENCE], calls, record)
+        return self.answer(question, findings, evidence[:MAX_EVIDENCE], calls, record)
 
     def _plan(self, question: str, findings: list[str], calls: LMCalls, record: Trajectory) -> list[Step]:
         titles = self.retriever.index.section_titles
@@ -161,19 +171,30 @@ class DeepResearch(dspy.Module):
         record.seconds = round(calls.elapsed - started, 3)
         return record, used
 
-    def _decide(self, question: str, remaining: list[Step], findings: list[str], calls: LMCalls) -> tuple[str, str]:
-        by_plan = ("CONTINUE", "plan has steps left") if remaining else ("FINISH", "plan done")
-        if self.policy == "plan":
-            return by_plan
-        fallback = dspy.Prediction(decision=by_plan[0], reason=f"fallback: {by_plan[1]}")
-        decided = calls("policy", self.decide, lambda: fallback, question=question,
-                        remaining_steps=[s.sub_question for s in remaining], findings=findings)
-        if decided.decision == "CONTINUE" and not remaining:
-            return "FINISH", f"{decided.reason} (no steps left)"
+    def _decide(self, question: str, remaining: list[Step], findings: list[str], calls: LMCalls,
+                record: Trajectory) -> tuple[str, str]:
+        if self.policy == "learned" and remaining and self.learned is not None:
+            decision, probability = self.learned.decide(live_point(question, record, len(remaining)))
+            record.steps[-1].finish_probability = round(probability, 4)
+            return decision, f"learned: p(finish) {probability:.2f}, threshold {self.learned.threshold:.2f}"
+        if self.policy != "llm":  # the plan policy, or the learned one with the plan done: it never revises
+            return by_plan(len(remaining))
+        decision, reason = self.ask_policy(question, [s.sub_question for s in remaining], findings, calls)
+        if decision == "CONTINUE" and not remaining:
+            return "FINISH", f"{reason} (no steps left)"
+        return decision, reason
+
+    def ask_policy(self, question: str, remaining: list[str], findings: list[str], calls: LMCalls) -> tuple[str, str]:
+        """The policy LM's decision and reason; the plan's when its output never parses."""
+        planned, why = by_plan(len(remaining))
+        fallback = dspy.Prediction(decision=planned, reason=f"fallback: {why}")
+        decided = calls("policy", self.decide, lambda: fallback, question=question, remaining_steps=remaining,
+                        findings=findings)
         return decided.decision, decided.reason
 
-    def _answer(self, question: str, findings: list[str], evidence: list[Passage], calls: LMCalls,
-                record: Trajectory) -> dspy.Prediction:
+    def answer(self, question: str, findings: list[str], evidence: list[Passage], calls: LMCalls,
+               record: Trajectory) -> dspy.Prediction:
+        """The cited answer from the findings and evidence gathered; also what stopping earlier would have given."""
         if not evidence:
             draft, citations, checks = "The research found no passage that answers the question.", [], []
             answer, short = draft, ""

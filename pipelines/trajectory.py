@@ -55,6 +55,7 @@ class StepRecord:
     finding: str = ""
     decision: str = ""
     decision_reason: str = ""
+    finish_probability: float | None = None  # the learned policy's, when it decided
     web_error: str | None = None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0

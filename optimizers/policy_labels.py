@@ -1,0 +1,82 @@
+"""Labels for the stopping policy from traced runs: at every decision point, would stopping there have
+scored as well as going on?
+
+A question is run with the plan policy, so that every step of the plan is researched and each decision
+point has a continuation to compare with. At each decision point (every step but the last) the answer is
+re-synthesized from the findings and evidence gathered so far (one synthesize call) and scored with the
+metric, and the policy LM is asked what it would have decided there (one policy call), to compare with.
+The last step's score is the final answer's. With a cost per step, stopping after step i is worth
+score[i] - cost * (i + 1), and the label is the optimal-stopping one: FINISH when stopping now is worth at
+least as much as the best later stop.
+"""
+
+from dataclasses import dataclass, replace
+
+import dspy
+
+from dspy_rag.optimizers.metric import ResearchMetric
+from dspy_rag.optimizers.policy_features import DecisionPoint, Embed, decision_points, feature_values
+from dspy_rag.pipelines.deep import DeepResearch
+from dspy_rag.pipelines.lm_calls import LMCalls
+
+
+@dataclass
+class Decision:
+    """One decision point of a traced question."""
+
+    features: dict[str, float]
+    lm_decision: str  # what the policy LM would have decided here
+    stop_score: float  # the metric's score of the answer had the research stopped here
+
+
+@dataclass
+class TracedQuestion:
+    id: str
+    decisions: list[Decision]
+    final_score: float  # the answer after the whole plan
+
+    @property
+    def scores(self) -> list[float]:
+        """The score had the research stopped after each step; the last is the final answer's."""
+        return [d.stop_score for d in self.decisions] + [self.final_score]
+
+    def labels(self, cost: float) -> list[bool]:
+        return stop_labels(self.scores, cost)
+
+
+def stop_labels(scores: list[float], cost: float) -> list[bool]:
+    """Whether stopping after step i (scores[i]) is worth at least the best later stop, each step costing `cost`;
+    one label per step but the last, where the research stops anyway."""
+    labels: list[bool] = []
+    going_on = float("-inf")  # the worth, seen from step i, of the best stop after it
+    for i in reversed(range(len(scores) - 1)):
+        going_on = max(scores[i + 1], going_on) - cost
+        labels.append(scores[i] >= going_on)
+    return labels[::-1]
+
+
+def trace_question(program: DeepResearch, example: dspy.Example, metric: ResearchMetric, embed: Embed
+                   ) -> TracedQuestion:
+    """Run one question to the end of its plan and take every decision point apart."""
+    if program.policy != "plan":
+        raise ValueError("labels need the whole plan researched: build the program with policy='plan'")
+    prediction = program(question=example.question)
+    points = decision_points(prediction.trajectory)[:-1]  # the last step has no continuation to compare with
+    return TracedQuestion(example.id, [decision_at(program, example, metric, prediction, p, embed) for p in points],
+                          metric.score(example, prediction))
+
+
+def decision_at(program: DeepResearch, example: dspy.Example, metric: ResearchMetric, prediction: dspy.Prediction,
+                point: DecisionPoint, embed: Embed) -> Decision:
+    """The features, the policy LM's decision and the stop-here score of one decision point."""
+    trajectory = prediction.trajectory
+    findings = [s.finding for s in point.steps]
+    remaining = [s["sub_question"] for s in trajectory.plans[point.revisions][-point.steps_left:]]
+    calls = LMCalls(program.budgets, [])
+    lm_decision, _ = program.ask_policy(example.question, remaining, findings, calls)
+    read = {passage for step in point.steps for passage in step.used_passages}
+    # The evidence is gathered in step order, so what the steps so far read comes first among the final passages.
+    evidence = [p for p in prediction.passages if p.id in read]
+    stopped = replace(trajectory, steps=list(point.steps), calls=calls.records)
+    answer = program.answer(example.question, findings, evidence, calls, stopped)
+    return Decision(feature_values(point, embed), lm_decision, metric.score(example, answer))

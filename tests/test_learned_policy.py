@@ -1,0 +1,335 @@
+"""The learned stopping policy: features of recorded and live decision points, labels from a scripted run,
+the JSON classifier's round trip and refusals, `ask --policy learned` without a policy LM call, and
+`distill-policy` end to end with a scripted LM over a tiny real index."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import dspy
+import numpy as np
+import pytest
+from dspy.utils import DummyLM
+from test_deep import QUESTION, plan, step
+
+from conftest import FACTS, assert_one_line_error, invoke, scratch_config
+from dspy_rag import models
+from dspy_rag.config import Config
+from dspy_rag.errors import UserError
+from dspy_rag.index import Index
+from dspy_rag.optimizers import artifacts
+from dspy_rag.optimizers.distill_policy import fit_classifier, policy_of
+from dspy_rag.optimizers.ledger import read
+from dspy_rag.optimizers.metric import DEFAULT_WEIGHTS, ResearchMetric, example_of
+from dspy_rag.optimizers.policy_features import FEATURES, decision_points, feature_values, live_point
+from dspy_rag.optimizers.policy_labels import stop_labels, trace_question
+from dspy_rag.pipelines import DeepResearch
+from dspy_rag.pipelines.learned_policy import POLICY_FILE, LearnedPolicy
+from dspy_rag.pipelines.programs import build_program
+from dspy_rag.pipelines.trajectory import CallRecord, Scored, StepRecord, Trajectory
+from dspy_rag.retrieval import Retriever
+from dspy_rag.trainsets.formats import Question
+from dspy_rag.trainsets.registry import load_trainset
+
+# --- features -----------------------------------------------------------------------------------------------
+
+ASKED = "What was NVIDIA's Data Center revenue in fiscal 2023?"  # keywords nvidia data center revenu fiscal 2023
+FINDINGS = ["Data Center revenue was $15.01 billion.",          # covers data center revenu: 3 of 6 keywords
+            "NVIDIA's revenue rose 41% in fiscal 2023.",          # and nvidia fiscal 2023: all 6
+            "Nothing was found for: What did AMD launch?"]
+VECTORS = {FINDINGS[0]: [1.0, 0.0], FINDINGS[1]: [0.6, 0.8], FINDINGS[2]: [0.0, 1.0]}
+
+
+def fake_embed(texts: list[str]) -> np.ndarray:
+    return np.array([VECTORS[t] for t in texts])
+
+
+def scored(*pairs: tuple[str, float]) -> list[Scored]:
+    return [Scored(pid, "10-k.htm", "Item 7", score) for pid, score in pairs]
+
+
+def call(module: str, step_index: int | None, attempts: int = 1, degraded: bool = False) -> CallRecord:
+    return CallRecord(module, step_index, 1.0, attempts, 100, 20, degraded)
+
+
+def recorded() -> Trajectory:
+    """Three steps: docs, then a failed web search that ends in REVISE, then one step of the new plan that
+    finds nothing. Per call 120 tokens; step 1's distiller needed a retry and degraded."""
+    first = StepRecord(0, "Data Center revenue?", "search_docs", [], None, "", retrieved=scored(
+        ("a", 0.9), ("b", 0.5), ("c", 0.1)), reranked=scored(("a", 4.0), ("b", 2.0)), finding=FINDINGS[0],
+        decision="CONTINUE")
+    second = StepRecord(1, "Growth?", "search_web", [], None, "", retrieved=scored(("b", 0.03), ("d", 0.01)),
+                        reranked=scored(("b", 0.5), ("d", 0.3)), finding=FINDINGS[1], decision="REVISE",
+                        web_error="Tavily down")
+    third = StepRecord(2, "What did AMD launch?", "search_docs", [], None, "", finding=FINDINGS[2], decision="FINISH")
+    calls = [call("plan", None), *(call(m, 0) for m in ("rewrite", "supervise", "distill", "reflect")),
+             call("policy", None), call("rewrite", 1), call("distill", 1, attempts=2, degraded=True),
+             call("reflect", 1), call("policy", None), call("plan", None), call("rewrite", 2), call("supervise", 2),
+             call("policy", None), call("synthesize", None)]
+    plans = [[{"sub_question": q} for q in ("Data Center revenue?", "Growth?", "Competition?")],
+             [{"sub_question": "What did AMD launch?"}]]
+    return Trajectory(ASKED, "llm", "none", "tavily", plans, [first, second, third], calls)
+
+
+def test_features_of_every_decision_in_a_recorded_trajectory() -> None:
+    points = decision_points(recorded())
+    values = [feature_values(p, fake_embed) for p in points]
+    assert all(list(v) == list(FEATURES) for v in values)
+    assert values[0] == pytest.approx({
+        "steps_done": 1, "plan_length": 3, "steps_left": 2, "plan_done": 1 / 3, "revisions": 0, "retrieved": 3,
+        "retrieved_top": 0.9, "retrieved_margin": (0.9 - 0.5) / 0.9, "reranked_top": 4.0, "reranked_margin": 0.25,
+        "new_passages": 1.0, "novelty": 1.0, "keyword_coverage": 0.5, "keyword_gain": 0.5,
+        "entity_coverage": 0.5, "nothing_found": 0, "web_step": 0, "web_failed": 0, "degraded": 0, "lm_calls": 5,
+        "kilotokens": 0.6})
+    # the policy call between the steps is left out of calls and tokens; the degraded distiller counts twice
+    assert values[1] == pytest.approx({
+        "steps_done": 2, "plan_length": 3, "steps_left": 1, "plan_done": 2 / 3, "revisions": 0, "retrieved": 2,
+        "retrieved_top": 0.03, "retrieved_margin": 1 / 3, "reranked_top": 0.5, "reranked_margin": 0.2,
+        "new_passages": 0.5, "novelty": 0.4, "keyword_coverage": 1.0, "keyword_gain": 0.5,
+        "entity_coverage": 1.0, "nothing_found": 0, "web_step": 1, "web_failed": 1, "degraded": 1, "lm_calls": 9,
+        "kilotokens": 0.96})
+    # after REVISE the new one-step plan is in force, and its step found nothing
+    assert {k: values[2][k] for k in ("plan_length", "steps_left", "plan_done", "revisions", "retrieved",
+                                      "reranked_top", "new_passages", "novelty", "nothing_found", "lm_calls")} \
+        == pytest.approx({"plan_length": 1, "steps_left": 0, "plan_done": 1.0, "revisions": 1, "retrieved": 0,
+                          "reranked_top": 0.0, "new_passages": 0.0, "novelty": 0.2, "nothing_found": 1,
+                          "lm_calls": 12})
+
+
+def test_a_live_decision_point_is_the_one_the_record_shows() -> None:
+    whole = recorded()
+    so_far = Trajectory(ASKED, "learned", "none", "tavily", whole.plans[:1], whole.steps[:2], whole.calls[:9])
+    assert live_point(ASKED, so_far, steps_left=1) == decision_points(whole)[1]
+
+
+def test_a_step_cut_short_by_a_budget_is_no_decision_point() -> None:
+    whole = recorded()
+    whole.steps[2].decision = ""
+    assert len(decision_points(whole)) == 2
+
+
+# --- labels ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("scores", "labels"), [
+    ([0.5, 1.0, 0.0], [False, True]),  # the best stop is after step 2, though the final answer is worse
+    ([1.0, 0.0], [True]),
+    ([0.0, 0.0], [True]),              # going on for nothing costs a step
+    ([0.0, 0.01], [True]),             # a gain below the cost of the step
+    ([0.0, 0.05], [False]),
+    ([0.2, 0.2, 0.9], [False, False]),  # worth going on two steps to gain 0.7
+    ([0.7], []),
+])
+def test_stop_labels_compare_stopping_with_the_best_later_stop(scores: list[float], labels: list[bool]) -> None:
+    assert stop_labels(scores, cost=0.02) == labels
+
+
+def fake_embed_any(texts: list[str]) -> np.ndarray:
+    return np.eye(len(texts))
+
+
+def answer(short: str) -> dict[str, str]:
+    return {"answer": f"It was {short} [1].", "short_answer": short}
+
+
+def test_labels_of_a_scripted_run_follow_from_the_stop_scores(policy_workspace: Path) -> None:
+    gaming = "Gaming revenue was $9.07 billion."
+    run = [plan("Data Center revenue?", "Gaming revenue?", "Competition?"), *step(), *step(finding=gaming),
+           *step(finding="Competition is intense."), answer("41%")]
+    at_decisions = [{"decision": "CONTINUE", "reason": "s"}, answer("$9.07 billion"),
+                    {"decision": "REVISE", "reason": "s"}, answer("$15.01 billion")]
+    lm = DummyLM(run + at_decisions, adapter=dspy.JSONAdapter())
+    program = DeepResearch(Retriever(tiny_index(policy_workspace), top_k=10), policy="plan")
+    example = example_of(Question("q", QUESTION, "$15.01 billion"))
+    with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+        traced = trace_question(program, example, ResearchMetric({"f1": 1.0}), fake_embed_any)
+    # F1 against "$15.01 billion": "$9.07 billion" shares one of two tokens, "41%" none
+    assert traced.scores == [0.5, 1.0, 0.0]
+    assert traced.labels(0.02) == [False, True]
+    assert [d.lm_decision for d in traced.decisions] == ["CONTINUE", "REVISE"]
+    assert [d.features["steps_left"] for d in traced.decisions] == [2, 1]
+    assert len(lm.history) == len(run + at_decisions)  # one policy and one synthesize call per decision point
+    prompts = [entry["messages"][-1]["content"] for entry in lm.history]
+    assert "Competition?" in prompts[14] and gaming not in prompts[14]  # the policy sees the steps left
+    assert gaming not in prompts[15] and gaming in prompts[17]  # the stop answers see the findings so far only
+
+
+def test_only_a_plan_following_run_can_be_labelled(policy_workspace: Path) -> None:
+    with pytest.raises(ValueError, match="policy='plan'"):
+        trace_question(DeepResearch(Retriever(tiny_index(policy_workspace), top_k=10)),
+                       example_of(Question("q", "Q?", "A")), ResearchMetric(), fake_embed_any)
+
+
+# --- the classifier as JSON -------------------------------------------------------------------------------------
+
+def fitted() -> tuple[Any, LearnedPolicy, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(60, len(FEATURES))) * np.arange(1, len(FEATURES) + 1)
+    finish = (x[:, 2] + 0.5 * x[:, 11] > 0).astype(int)
+    model = fit_classifier(x, finish)
+    return model, policy_of(model, 0.4, {"trainset": "synthetic"}), x
+
+
+def test_the_classifier_round_trips_through_json(tmp_path: Path) -> None:
+    model, policy, x = fitted()
+    saved = policy.save(tmp_path)
+    raw = json.loads(saved.read_text())
+    assert raw["features"] == list(FEATURES) and raw["format"] == "dspy-rag-policy" and raw["version"] == 1
+    assert set(raw) >= {"means", "scales", "coefficients", "intercept", "threshold", "summary"}
+    loaded = LearnedPolicy.load(tmp_path)
+    assert loaded == policy
+    expected = model.predict_proba(x)[:, 1]
+    assert [loaded.probability(row.tolist()) for row in x] == pytest.approx(expected.tolist(), abs=1e-12)
+    assert [loaded.probability(r.tolist()) >= 0.4 for r in x] == [policy.probability(r.tolist()) >= 0.4 for r in x]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda raw: raw.update(features=[f for f in FEATURES if f != "novelty"] + ["mood"]),
+     "distilled for other features than this program computes (lacks novelty; has unknown mood)"),
+    (lambda raw: raw.update(features=list(reversed(FEATURES))), "same features in another order"),
+    (lambda raw: raw.update(version=99), "newer dspy-rag"),
+    (lambda raw: raw.update(format="other"), "not a dspy-rag policy"),
+    (lambda raw: raw.update(coefficients=[1.0]), "corrupt (its coefficients do not fit its features)"),
+    (lambda raw: raw.update(scales=[0.0] * len(FEATURES)), "scale is not positive"),
+])
+def test_a_policy_that_does_not_fit_the_program_is_refused(tmp_path: Path, change: Any, message: str) -> None:
+    _, policy, _ = fitted()
+    raw = json.loads(policy.save(tmp_path).read_text())
+    change(raw)
+    (tmp_path / POLICY_FILE).write_text(json.dumps(raw))
+    with pytest.raises(UserError, match="run `dspy-rag distill-policy|upgrade") as caught:
+        LearnedPolicy.load(tmp_path)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_missing_or_unreadable_policy_says_to_distill_one(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="has no learned policy .* run `dspy-rag distill-policy --trainset NAME"):
+        LearnedPolicy.load(tmp_path)
+    (tmp_path / POLICY_FILE).write_text("{not json")
+    with pytest.raises(UserError, match="corrupt"):
+        LearnedPolicy.load(tmp_path)
+
+
+# --- ask and distill-policy with a scripted LM ------------------------------------------------------------------
+
+def two_step_replies(decision: str = "CONTINUE") -> dict[str, dict[str, Any]]:
+    """Dict replies chosen by prompt: a two-step plan; the second step finds the Gaming figure, and an answer
+    written from both findings says $9.07 billion, one written from the first alone $15.01 billion. Order
+    matters: the first key a prompt contains wins."""
+    return {
+        "`steps`": {"steps": [{"sub_question": q, "tool": "search_docs", "keywords": [], "section": None,
+                               "justification": "needed"} for q in ("What was Data Center revenue?",
+                                                                     "What was Gaming revenue?")]},
+        "`query`": {"query": "revenue fiscal 2023"},
+        "`strategy`": {"strategy": "hybrid", "reason": "figures"},
+        "`context`": {"context": "Revenue figures [1].", "used_passages": [1]},
+        "`decision`": {"decision": decision, "reason": "scripted"},
+        "What was Gaming revenue?": {"finding": "Gaming revenue was $9.07 billion."},
+        "`finding`": {"finding": "Data Center revenue was $15.01 billion."},
+        "Gaming revenue was $9.07 billion": answer("$9.07 billion"),
+        "`short_answer`": answer("$15.01 billion"),
+    }
+
+
+@pytest.fixture()
+def policy_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A trainset whose stop-after-one-step answer is right for q1, q3 and the full one for q2, q4; an artifact
+    of the uncompiled program; a configuration naming both; every LM a scripted one."""
+    (tmp_path / "facts.md").write_text(FACTS)
+    golds = ["$15.01 billion", "$9.07 billion", "15.01 billion", "9.07 billion", "$15.01 billion"]
+    rows = [{"id": f"q{n}", "question": f"Question {n}: what was the revenue?", "answer": gold,
+             "split": "dev" if n == 5 else "train"} for n, gold in enumerate(golds, start=1)]
+    (tmp_path / "qs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "tiny.yaml").write_text("name: tiny\ndescription: two facts\nquestions: qs.jsonl\n"
+                                        "documents: [facts.md]\nsplit: {field: split}\n")
+    settings = config_of(tmp_path)
+    program = build_program("deep", settings, Index(settings), None)
+    artifacts.save(settings.artifacts.path / "tiny-art", program, artifacts.Manifest(
+        name="tiny-art", program="DeepResearch", predictors=artifacts.program_signature(program),
+        model="local/qwen2.5-coder-0.5b", optimizer="labeled", trainset="tiny", trainset_hash="x",
+        metric="weighted", weights=dict(DEFAULT_WEIGHTS), dev_questions=1, dev_before=None, dev_after=None), [])
+    (tmp_path / "dspy-rag.yaml").write_text(f"artifacts: {{path: {settings.artifacts.path}}}\n"
+                                            f"index: {{path: {tiny_index(tmp_path).root}}}\n"
+                                            "retrieval: {reranker: none}\n")
+    monkeypatch.setattr(models, "build_lm", lambda _config: DummyLM(two_step_replies(), adapter=dspy.JSONAdapter()))
+    return tmp_path
+
+
+def config_of(root: Path) -> Config:
+    return scratch_config(root, **{"artifacts.path": root / "artifacts", "retrieval.reranker": "none"})
+
+
+def tiny_index(root: Path) -> Index:
+    """The two facts, ingested once into the trainset's scratch index."""
+    return load_trainset(str(root / "tiny.yaml")).index(config_of(root))
+
+
+def always_finish() -> LearnedPolicy:
+    n = len(FEATURES)
+    return LearnedPolicy(list(FEATURES), [0.0] * n, [1.0] * n, [0.0] * n, intercept=3.0, threshold=0.5)
+
+
+def ask_json(*options: str) -> dict[str, Any]:
+    result = invoke("ask", "--json", "--artifact", "tiny-art", *options, "What was the revenue?")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["trajectory"]
+
+
+def test_ask_with_the_learned_policy_makes_no_policy_call(policy_workspace: Path) -> None:
+    always_finish().save(policy_workspace / "artifacts" / "tiny-art")
+    trajectory = ask_json("--policy", "learned")
+    assert [c["module"] for c in trajectory["calls"]] == ["plan", "rewrite", "supervise", "distill", "reflect",
+                                                          "synthesize"]
+    decided = trajectory["steps"][0]
+    assert len(trajectory["steps"]) == 1 and decided["decision"] == "FINISH"
+    assert decided["finish_probability"] == pytest.approx(1 / (1 + np.exp(-3.0)), abs=1e-4)
+    assert decided["decision_reason"].startswith("learned: p(finish) 0.95")
+    # the LM policy, by contrast, is asked after every step
+    assert [c["module"] for c in ask_json("--policy", "llm")["calls"]].count("policy") == 2
+
+
+def test_ask_with_the_learned_policy_needs_a_distilled_one(policy_workspace: Path) -> None:
+    assert_one_line_error(invoke("ask", "--artifact", "tiny-art", "--policy", "learned", "Revenue?"),
+                          "artifact tiny-art has no learned policy", "distill-policy")
+    assert_one_line_error(invoke("ask", "--artifact", "none", "--policy", "learned", "Revenue?"),
+                          "--policy learned", "--artifact NAME")
+
+
+def test_distill_policy_labels_fits_and_saves_into_the_artifact(policy_workspace: Path) -> None:
+    result = invoke("distill-policy", "--trainset", str(policy_workspace / "tiny.yaml"), "--artifact", "tiny-art")
+    assert result.returncode == 0, result.stderr
+    assert "q2: 1 decision point(s), scores" in result.stderr  # a log gets a line per question
+    assert "4 decision points from 4 of 4 questions (FINISH 2, CONTINUE 2)" in result.stderr
+    assert f"saved {policy_workspace / 'artifacts' / 'tiny-art' / POLICY_FILE}" in result.stderr
+    policy = LearnedPolicy.load(policy_workspace / "artifacts" / "tiny-art")
+    summary = policy.summary
+    assert (summary["questions"], summary["decision_points"], summary["folds"]) == (4, 4, 2)
+    assert summary["labels"] == {"FINISH": 2, "CONTINUE": 2}  # q1 and q3 are answered after the first step
+    assert summary["lm_decisions"] == {"CONTINUE": 4} and summary["lm_label_accuracy"] == 0.5
+    replayed = summary["replayed"]
+    assert replayed["oracle"]["score"] > replayed["plan"]["score"] == replayed["llm"]["score"]
+    assert (replayed["plan"]["steps"], replayed["llm"]["steps"], replayed["oracle"]["steps"]) == (2, 2, 1.5)
+    assert 0 <= summary["cv_accuracy"] <= 1 and summary["artifact"] == "tiny-art" and summary["lm_calls"] > 0
+    assert summary["step_cost"] == 0.02 and summary["trainset"] == "tiny"
+
+
+def test_distill_policy_refuses_what_it_cannot_learn_from(policy_workspace: Path) -> None:
+    trainset = str(policy_workspace / "tiny.yaml")
+    assert_one_line_error(invoke("distill-policy", "--trainset", trainset, "--artifact", "none"),
+                          "pass --artifact NAME")
+    assert_one_line_error(invoke("distill-policy", "--trainset", trainset, "--artifact", "tiny-art",
+                                 "--train-limit", "2"), "at least two questions each", "FINISH 1, CONTINUE 1")
+    assert not (policy_workspace / "artifacts" / "tiny-art" / POLICY_FILE).exists()
+
+
+def test_eval_sets_the_policies_side_by_side(policy_workspace: Path) -> None:
+    always_finish().save(policy_workspace / "artifacts" / "tiny-art")
+    result = invoke("eval", "--questions", str(policy_workspace / "tiny.yaml"), "--artifact", "tiny-art",
+                    "--policy", "llm", "--policy", "learned", "--out", str(policy_workspace / "out"))
+    assert result.returncode == 0, result.stderr
+    columns = json.loads((policy_workspace / "out" / "results.json").read_text())["columns"]
+    llm, learned = columns["deep+tiny-art@qwen2.5-coder-0.5b"], columns["deep+tiny-art/learned@qwen2.5-coder-0.5b"]
+    assert (llm["mean_steps"], llm["median_lm_calls"]) == (2, 12)  # two steps, each with a policy call
+    assert (learned["mean_steps"], learned["median_lm_calls"]) == (1, 6)
+    assert [e.artifact for e in read(policy_workspace / "artifacts" / "ledger.jsonl")] == ["tiny-art"]  # prompts only
+    assert_one_line_error(invoke("eval", "--questions", str(policy_workspace / "tiny.yaml"), "--policy", "oracle"),
+                          "unknown policy ['oracle']; choose llm, plan, learned")
