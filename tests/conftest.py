@@ -226,6 +226,22 @@ def fake_lm() -> Iterator[FakeLM]:
     server.close()
 
 
+@pytest.fixture()
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_lm: FakeLM) -> Path:
+    """A user's working folder (the current one) with the facts ingested and the scripted LM configured."""
+    for name, value in fake_lm.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("DSPY_RAG_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "facts.md").write_text(FACTS)
+    assert invoke("ingest", "facts.md").returncode == 0
+    return tmp_path
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    """Every file below `folder` (hidden ones included) with its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def _question(n: int, answer: str, split: str) -> dict[str, Any]:
     return {"id": f"q{n}", "question": f"Question {n}: what was the revenue?", "answer": answer, "split": split}
 

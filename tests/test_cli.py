@@ -1,25 +1,14 @@
 """The command line as a user runs it: one-line errors, non-zero exits, and an index left intact."""
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from conftest import assert_one_line_error
 from conftest import run_cli as run
 
 SENTINEL = "sk-SENTINEL-9f8e7d6c5b4a"
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert result.returncode == 2, result.stderr
-    # Progress lines may precede it; the error is the last line, and the only one.
-    lines = result.stderr.strip().splitlines()
-    errors = [line for line in lines if line.startswith("error: ")]
-    assert errors == lines[-1:], result.stderr
-    assert "Traceback" not in result.stderr
-    for needle in needles:
-        assert needle in errors[0]
 
 
 @pytest.fixture(scope="module")

@@ -1,17 +1,15 @@
 """Web search: the real Tavily client against a fake Tavily on 127.0.0.1, the snapshot provider, selection."""
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from conftest import DATA, free_port, scratch_config
+from conftest import DATA, JsonServer, free_port, scratch_config
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
 from dspy_rag.pipelines import BaselineRAG
@@ -26,42 +24,23 @@ RESULTS = {"results": [
 ]}
 
 
-class FakeTavily:
-    """Answers /search with a chosen status, body and delay; remembers what it was sent."""
+class FakeTavily(JsonServer):
+    """Answers /search with a chosen status (and `error` message), body and delay."""
 
     def __init__(self) -> None:
-        self.status, self.body, self.delay = 200, RESULTS, 0.0
-        self.requests: list[tuple[dict[str, str], dict[str, object]]] = []
-        fake = self
+        self.status, self.body, self.error, self.delay = 200, RESULTS, "nope", 0.0
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.requests.append((dict(self.headers), payload))
-                time.sleep(fake.delay)
-                body = json.dumps(fake.body if fake.status == 200 else {"detail": {"error": "nope"}}).encode()
-                try:
-                    self.send_response(fake.status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up first: the timeout test wants exactly that
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def answer(self, payload: dict[str, object]) -> tuple[int, object]:
+        time.sleep(self.delay)
+        return self.status, self.body if self.status == 200 else {"detail": {"error": self.error}}
 
 
 @pytest.fixture()
 def tavily() -> Iterator[FakeTavily]:
     fake = FakeTavily()
     yield fake
-    fake.server.shutdown()
+    fake.close()
 
 
 def test_results_become_passages_with_url_and_date(tavily: FakeTavily) -> None:
