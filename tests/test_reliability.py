@@ -436,6 +436,7 @@ def test_asks_read_while_an_ingest_writes(workspace: Path, fake_lm: FakeLM) -> N
         reads += 1
         time.sleep(0.1)
     assert ingest.returncode == 0 and reads, ingest.stderr.read() if ingest.stderr else ""
+    reopened()  # a new `ask` is a new process; this one's Chroma client keeps the vectors it first loaded
     assert "log.md" in retrieved_sources(invoke("ask", "--json", CRATES).stdout)  # committed: now served
 
 
