@@ -4,6 +4,7 @@ as a user runs it, and fake HTTP services (an OpenAI-compatible LM) on 127.0.0.1
 import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -43,9 +44,13 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: f
 
 
 def start_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """`run_cli` without waiting: a running command a test can signal, or run beside others."""
+    """`run_cli` without waiting: a running command a test can signal, or run beside others.
+
+    Ctrl-C is restored for the command: a shell starts background jobs with SIGINT ignored, pytest inherits
+    that when CI runs in the background, and Python then never turns SIGINT into KeyboardInterrupt."""
     return subprocess.Popen([CLI, *args], cwd=cwd, env=user_environment(env), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess[str]:
