@@ -29,7 +29,7 @@ from dspy_rag.errors import UserError
 from dspy_rag.evals.bench_answers import PIPELINES, RESULTS, EvalSet, Row, cached_rows, load_set, run_question, score
 from dspy_rag.evals.metrics import AnswerScores, weighted_score
 from dspy_rag.evals.ragas_bridge import HEADERS, Judge, cell, inputs_of, ragas_scores, summarize
-from dspy_rag.evals.stats import bootstrap_ci, paired_delta_ci
+from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, bootstrap_ci, paired_delta_ci
 from dspy_rag.files import write_atomic, write_json_atomic
 from dspy_rag.optimizers.ledger import LedgerEntry, append, ledger_path
 from dspy_rag.trainsets.registry import load_trainset
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
-MIN_QUESTIONS_FOR_AN_INTERVAL = 8  # below this a percentile bootstrap is too narrow to mean anything
 
 
 @dataclass(frozen=True)

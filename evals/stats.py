@@ -5,6 +5,7 @@ import statistics
 from collections.abc import Sequence
 
 RESAMPLES = 2000
+MIN_QUESTIONS_FOR_AN_INTERVAL = 8  # below this a percentile bootstrap is too narrow to mean anything
 
 
 def bootstrap_ci(values: Sequence[float], level: float = 0.95, seed: int = 0) -> tuple[float, float]:

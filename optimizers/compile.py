@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from dspy_rag import pipelines, signatures
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
-from dspy_rag.evals.stats import paired_delta_ci
+from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, paired_delta_ci
 from dspy_rag.files import cache_root
 from dspy_rag.models import build_lm, usage_since
 from dspy_rag.optimizers import artifacts
@@ -163,8 +163,10 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metric: Researc
 
 
 def gain_text(before: list[float], after: list[float]) -> str:
-    low, high = paired_delta_ci(before, after)
     mean = sum(after) / len(after) - sum(before) / len(before)
+    if len(before) < MIN_QUESTIONS_FOR_AN_INTERVAL:
+        return f"{mean:+.3f} (too few dev questions to tell a gain from noise)"
+    low, high = paired_delta_ci(before, after)
     verdict = "a gain" if low > 0 else "a loss" if high < 0 else "inside noise"
     return f"{mean:+.3f} (95% CI {low:+.3f} … {high:+.3f}: {verdict})"
 

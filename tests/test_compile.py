@@ -203,3 +203,9 @@ def test_ask_runs_an_artifact_under_another_model_and_says_so(trainset: Path, se
     assert "Answer: $15.01 billion" in shown.stdout
     uncompiled = CliRunner().invoke(app, ["ask", "--json", "--index", str(index), "--artifact", "none", "Revenue?"])
     assert json.loads(uncompiled.stdout)["artifact"] is None
+
+
+def test_the_gain_is_called_a_gain_only_outside_noise() -> None:
+    assert "too few dev questions" in compiling.gain_text([0.2, 0.3], [0.9, 1.0])
+    assert compiling.gain_text([0.2] * 10, [0.9] * 10).endswith("a gain)")
+    assert compiling.gain_text([0.0, 1.0] * 5, [1.0, 0.0] * 5).endswith("inside noise)")
