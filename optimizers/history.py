@@ -2,7 +2,7 @@
 
 A lineage is the chain artifact → parent → parent ... up to a root compiled from the uncompiled program.
 Each row is measured against its parent's own compile score and against the uncompiled program, but only
-where both scores were measured alike: on the same model, trainset, split and metric.
+where both scores were measured alike: on the same model, trainset, split, metric and number of questions.
 """
 
 import io
@@ -49,7 +49,9 @@ class Row:
 
 
 def measured_alike(a: LedgerEntry, b: LedgerEntry) -> bool:
-    return (a.model, a.trainset, a.split, a.metric) == (b.model, b.trainset, b.split, b.metric)
+    """Same model, data, split, metric and number of questions: a score on 1 question says nothing next to 8."""
+    return (a.model, a.trainset, a.split, a.metric, a.questions) == (b.model, b.trainset, b.split, b.metric,
+                                                                      b.questions)
 
 
 def latest(entries: list[LedgerEntry], kind: str, artifact: str | None, like: LedgerEntry) -> LedgerEntry | None:

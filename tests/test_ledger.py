@@ -20,10 +20,10 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def entry(kind: str = "compile", artifact: str | None = "v1", parent: str | None = None, score: float = 0.5,
-          score_before: float | None = 0.4, model: str = MODEL) -> LedgerEntry:
+          score_before: float | None = 0.4, model: str = MODEL, questions: int = 12) -> LedgerEntry:
     return LedgerEntry(kind=kind, artifact=artifact, parent=parent, model=model, trainset="nvidia-10k",
                        trainset_hash="abc123", split="dev", metric="weighted(f1=0.6,evidence=0.2,citations=0.2)",
-                       score=score, score_before=score_before, questions=12, optimizer="bootstrap")
+                       score=score, score_before=score_before, questions=questions, optimizer="bootstrap")
 
 
 def test_entries_round_trip_with_the_time_filled_in(tmp_path: Path) -> None:
@@ -164,3 +164,12 @@ def test_plotting_an_empty_ledger_is_a_one_line_error(config: Path, tmp_path: Pa
     assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
     assert "dspy-rag compile" in result.stderr
     assert not (tmp_path / "history.png").exists()
+
+
+def test_scores_on_different_numbers_of_questions_are_not_compared(config: Path, tmp_path: Path) -> None:
+    ledger = tmp_path / "artifacts" / LEDGER_FILE
+    append(ledger, entry(kind="eval", artifact=None, score=0.40, score_before=None, questions=8))
+    append(ledger, entry(artifact="small", score=0.30, score_before=0.25, questions=1))
+    rows = {lineage["lineage"]: lineage["rows"] for lineage in json.loads(history(config, "--json").stdout)["lineages"]}
+    # the 8-question eval is not this 1-question compile's yardstick; its own starting score is
+    assert rows["small"][0]["delta_uncompiled"] == pytest.approx(0.05)
