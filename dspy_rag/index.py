@@ -383,5 +383,19 @@ class Index:
             self._commit(superseded)
         return report
 
+    def keep_only(self, sources: set[str]) -> list[str]:
+        """Drop every source not in `sources` (waiting for another writer); returns the dropped ones."""
+        with self._writing(wait=True):
+            dropped = [s for s in self.catalog["sources"] if s not in sources]
+            superseded = [i for i, row in self.catalog["chunks"].items() if row["source"] in dropped]
+            for chunk_id in superseded:
+                del self.catalog["chunks"][chunk_id]
+            for source in dropped:
+                del self.catalog["sources"][source]
+            self._bm25 = None
+            if dropped:
+                self._commit(superseded)
+        return dropped
+
     def disk_bytes(self) -> int:
         return sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file())

@@ -120,6 +120,26 @@ def test_the_content_hash_is_stable_and_follows_the_question_file(tmp_path: Path
     assert load_trainset(str(definition)).content_hash != first
 
 
+def test_a_document_set_moved_elsewhere_is_indexed_once_not_twice(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same bytes at a new path share the scratch index; the old path's copy must go, or every hit comes twice."""
+    monkeypatch.setattr(registry.tempfile, "tempdir", str(tmp_path / "scratch"))
+    (tmp_path / "scratch").mkdir()
+    config = load_config(environ={})
+    sources = []
+    for folder in ("first", "second"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "facts.md").write_text("# Revenue\n\nRevenue was $15 billion.\n")
+        question = {"id": "q", "question": "?", "answer": "x", "split": "dev"}
+        (tmp_path / folder / "qs.jsonl").write_text(json.dumps(question) + "\n")
+        (tmp_path / folder / "t.yaml").write_text("name: t\ndescription: d\nquestions: qs.jsonl\n"
+                                                  "documents: [facts.md]\nsplit: {field: split}\n")
+        index = load_trainset(str(tmp_path / folder / "t.yaml")).index(config)
+        sources.append(list(index.sources))
+        assert index.collection.count() == 1
+    assert sources == [[str(tmp_path / "first" / "facts.md")], [str(tmp_path / "second" / "facts.md")]]
+
+
 def test_an_unknown_name_lists_the_sets() -> None:
     with pytest.raises(UserError, match="unknown trainset 'squad'") as raised:
         load_trainset("squad")
