@@ -19,7 +19,8 @@ from dspy_rag.prompt_cache import PromptCache
 MAX_ARRAY_ITEMS = 5
 MAX_STRING_CHARS = 800
 # Rationale and query fields: a small model otherwise rambles for hundreds of tokens, at ~30 tokens/s.
-FIELD_CHARS = {"reason": 160, "justification": 160, "query": 200, "sub_question": 240, "finding": 400}
+FIELD_CHARS = {"reason": 160, "justification": 160, "query": 200, "sub_question": 240, "finding": 400,
+               "short_answer": 80}
 
 
 def bound_schema(schema: Any, items: int = MAX_ARRAY_ITEMS, chars: int = MAX_STRING_CHARS) -> Any:
