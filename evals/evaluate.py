@@ -27,6 +27,7 @@ from rich.table import Table
 from dspy_rag.config import Config, load_config
 from dspy_rag.errors import UserError
 from dspy_rag.evals.bench_answers import PIPELINES, RESULTS, EvalSet, Row, cached_rows, load_set, run_question, score
+from dspy_rag.evals.bench_answers import summarize as summarize_answers
 from dspy_rag.evals.metrics import AnswerScores, weighted_score
 from dspy_rag.evals.ragas_bridge import HEADERS, Judge, cell, inputs_of, ragas_scores, summarize
 from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, bootstrap_ci, paired_delta_ci
@@ -86,14 +87,8 @@ def interval_text(values: list[float], paired_with: list[float] | None = None) -
 
 def summary(rows: list[Row], weights: dict[str, float], first: list[Row] | None) -> dict[str, Any]:
     scores = [weighted(r, weights) for r in rows]
-    kept = lambda name: [getattr(r, name) for r in rows if getattr(r, name) is not None]  # noqa: E731
     result: dict[str, Any] = {
-        "questions": len(rows), "score": round(statistics.fmean(scores), 4), "score_ci": interval_text(scores),
-        **{name: round(statistics.fmean(kept(name)), 4) if kept(name) else None
-           for name in ("em", "f1", "contains", "evidence_recall", "citation_validity")},
-        "median_lm_calls": statistics.median(r.lm_calls for r in rows),
-        "median_tokens": statistics.median(r.tokens for r in rows),
-        "median_seconds": round(statistics.median(r.seconds for r in rows), 2),
+        **summarize_answers(rows), "score": round(statistics.fmean(scores), 4), "score_ci": interval_text(scores),
         "mean_steps": round(statistics.fmean(r.steps for r in rows), 2),
         "ragas": summarize([r.ragas for r in rows], [r.judge_failed for r in rows]),
     }

@@ -25,6 +25,7 @@ SIZES = {
     "multihop-rag": (257, 143, 400, 326, None, None),
     "musique": (48, 22, 70, 1890, None, None),
     "nvidia-10k": (32, 14, 46, None, 1, "web-snapshot"),
+    "reference": (0, 1, 1, None, 1, "web-snapshot"),
 }
 HELD_OUT_SETS = ["hotpotqa", "multihop-rag", "musique"]
 
@@ -47,7 +48,7 @@ def write_set(folder: Path, split: str = "{field: split}", **extra: str) -> Path
     return definition
 
 
-def test_the_four_sets_are_shipped() -> None:
+def test_the_five_sets_are_shipped() -> None:
     assert available() == sorted(SIZES)
 
 
@@ -56,7 +57,7 @@ def test_every_shipped_set_loads_with_disjoint_train_and_dev_that_make_all(name:
     trainset = load_trainset(name)
     train, dev, everything = (ids(trainset.questions(split)) for split in ("train", "dev", "all"))
     assert trainset.name == name == trainset.definition_path.stem
-    assert train and dev and not set(train) & set(dev)
+    assert (train or name == "reference") and dev and not set(train) & set(dev)  # reference: one question, dev
     assert sorted(train + dev) == sorted(everything)
     assert len(trainset.content_hash) == 16 and int(trainset.content_hash, 16) >= 0
 
@@ -202,7 +203,7 @@ def test_the_hubs_multihop_rag_files_read_like_the_local_ones(tmp_path: Path) ->
     assert [(p.id, p.text) for p in load_corpus(tmp_path / "corpus.json")] == [("https://news.example/a", "A happened.")]
 
 
-def test_the_command_lists_the_four_sets_with_their_sizes() -> None:
+def test_the_command_lists_the_five_sets_with_their_sizes() -> None:
     result = CliRunner().invoke(app, ["trainsets", "--json"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
