@@ -14,7 +14,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from dspy_rag.config import Config, load_config
 from dspy_rag.errors import UserError, exit_with_error
-from dspy_rag.evals.bench_answers import answers_command
 from dspy_rag.evals.bench_retrieval import bench_app
 from dspy_rag.evals.evaluate import eval_command
 from dspy_rag.optimizers.distill_policy import distill_policy_command
@@ -24,7 +23,6 @@ from dspy_rag.trainsets.registry import trainsets_command
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A deep-thinking research assistant over your documents and the web.")
 # soft_wrap: piped output keeps its long lines instead of being hard-wrapped at 80 columns.
-bench_app.command("answers")(answers_command)
 app.add_typer(bench_app, name="bench")
 app.command("trainsets")(trainsets_command)
 app.command("history")(history_command)

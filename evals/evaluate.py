@@ -26,10 +26,10 @@ from rich.table import Table
 
 from dspy_rag.config import Config, load_config
 from dspy_rag.errors import UserError
-from dspy_rag.evals.bench_answers import PIPELINES, RESULTS, EvalSet, Row, cached_rows, load_set, run_question, score
-from dspy_rag.evals.bench_answers import summarize as summarize_answers
 from dspy_rag.evals.metrics import AnswerScores, weighted_score
 from dspy_rag.evals.ragas_bridge import HEADERS, Judge, cell, inputs_of, ragas_scores, summarize
+from dspy_rag.evals.rows import PIPELINES, RESULTS, EvalSet, Row, cached_rows, load_set, run_question, score
+from dspy_rag.evals.rows import summarize as summarize_answers
 from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, bootstrap_ci, paired_delta_ci
 from dspy_rag.files import write_atomic, write_json_atomic
 from dspy_rag.optimizers.ledger import LedgerEntry, append, ledger_path

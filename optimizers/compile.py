@@ -31,7 +31,7 @@ from dspy_rag.optimizers.teleprompters import OPTIMIZERS, Optimizer, settings_fo
 from dspy_rag.pipelines.programs import build_program
 from dspy_rag.trainsets.registry import Trainset, load_trainset
 
-# Measured on the dev sets (bench answers): the deep program with the LM policy makes 8-10 calls a question.
+# Measured on the dev sets (eval): the deep program with the LM policy makes 8-10 calls a question.
 CALLS_PER_RUN = 9
 SECONDS_PER_CALL = {"local/qwen2.5-coder-0.5b": 6.5, "local/qwen2.5-coder-1.5b": 16.0}
 VALSET_SHARE = 4  # optimizers that search keep every 4th train example aside to score candidates

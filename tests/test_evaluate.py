@@ -14,7 +14,7 @@ from conftest import REPLIES
 from dspy_rag import models
 from dspy_rag.cli import app
 from dspy_rag.evals import evaluate
-from dspy_rag.evals.bench_answers import Row
+from dspy_rag.evals.rows import Row
 from dspy_rag.optimizers.ledger import read
 
 BASELINE_REPLY = {"evidence": "Gaming revenue for fiscal year 2023 was $9.07 billion",

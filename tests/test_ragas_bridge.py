@@ -19,7 +19,6 @@ from conftest import REPLIES, free_port, running_server
 from dspy_rag import models
 from dspy_rag.config import LMConfig
 from dspy_rag.evals import evaluate
-from dspy_rag.evals.bench_answers import cached_rows
 from dspy_rag.evals.ragas_bridge import (
     JUDGED_METRICS,
     Judge,
@@ -33,6 +32,7 @@ from dspy_rag.evals.ragas_bridge import (
     string_similarity,
     summarize,
 )
+from dspy_rag.evals.rows import cached_rows
 from dspy_rag.retrieval import Passage
 from dspy_rag.trainsets.formats import Question
 

@@ -12,8 +12,8 @@ from conftest import DATA, TENK
 from dspy_rag.cli import app
 from dspy_rag.config import load_config
 from dspy_rag.errors import UserError
-from dspy_rag.evals import bench_answers
 from dspy_rag.evals.bench_retrieval import default_work_dir
+from dspy_rag.evals.rows import load_set
 from dspy_rag.optimizers.train_reranker import is_held_out, train_reranker
 from dspy_rag.trainsets import registry
 from dspy_rag.trainsets.formats import load_corpus, load_questions
@@ -85,15 +85,15 @@ def test_a_corpus_index_lives_where_bench_retrieval_keeps_it() -> None:
     assert load_trainset("musique").index_folder == default_work_dir(DATA / "musique" / "corpus.json")
 
 
-def test_bench_answers_asks_the_same_dev_questions_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_eval_asks_the_same_dev_questions_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Trainset, "index", lambda self, config: f"index of {self.name}")
     monkeypatch.setattr(Trainset, "web", lambda self, config: self.definition.web)
     config = load_config(environ={})
     _, musique = load_questions(DATA / "musique" / "questions.json")
-    loaded = bench_answers.load_set(load_trainset("musique"), config)
+    loaded = load_set(load_trainset("musique"), config)
     assert ids(loaded.questions) == [q.id for q in musique if is_held_out(q, 0.3)]
     assert (loaded.index, loaded.web) == ("index of musique", None)
-    tenk = bench_answers.load_set(load_trainset("nvidia-10k"), config)
+    tenk = load_set(load_trainset("nvidia-10k"), config)
     assert [q.split for q in tenk.questions] == ["dev"] * 14 and tenk.web == "web-snapshot"
 
 

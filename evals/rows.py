@@ -1,7 +1,5 @@
-"""Answer benchmark: the baseline beside the deep program on the same model, over the dev questions of
-MuSiQue, HotpotQA and the hand-made 10-K set.
-
-    dspy-rag bench answers --set musique --set hotpotqa --set nvidia-10k --limit 10 [--pipeline deep]
+"""The row `dspy-rag eval` records per question and program: the answer, its scores, LM calls, tokens and
+time; how a set's dev questions are asked and scored; how rows summarize and are cached.
 
 A set is a trainset (trainsets/*.yaml, `dspy-rag trainsets`) and its questions are the dev split: for MuSiQue
 and HotpotQA those the reranker holds out (never trained on), for the 10-K set its hand-made `dev` questions.
@@ -13,21 +11,17 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import typer
 from rich.console import Console
 
-from dspy_rag.config import Config, load_config
-from dspy_rag.errors import UserError
-from dspy_rag.files import write_json_atomic
+from dspy_rag.config import Config
 from dspy_rag.index import Index
 from dspy_rag.trainsets.formats import Question
 from dspy_rag.trainsets.locations import REPO
-from dspy_rag.trainsets.registry import Trainset, load_trainset
+from dspy_rag.trainsets.registry import Trainset
 from dspy_rag.web import WebSearch
 
 if TYPE_CHECKING:  # dspy costs ~0.4 s to import, and every CLI command loads this module
@@ -142,57 +136,3 @@ def cached_rows(cache: Path) -> dict[tuple[str, str, str], Row]:
             continue  # a line cut short by an interruption is simply run again
         rows[(row.set, row.pipeline, row.id)] = row
     return rows
-
-
-def run(sets: list[Trainset], pipelines: list[str], limit: int | None, config: Config, cache: Path,
-        build: Callable[[str, EvalSet], dspy.Module]) -> dict[str, Any]:
-    done = cached_rows(cache)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {}
-    for trainset in sets:
-        eval_set = load_set(trainset, config)
-        name = eval_set.name
-        questions = eval_set.questions[:limit]
-        for pipeline in pipelines:
-            program = build(pipeline, eval_set)
-            rows = []
-            for n, question in enumerate(questions, start=1):
-                key = (name, pipeline, question.id)
-                if key not in done:
-                    prediction, usage = run_question(program, question)
-                    done[key] = score(eval_set, pipeline, question, prediction, usage)
-                    with cache.open("a", encoding="utf-8") as handle:
-                        handle.write(json.dumps(asdict(done[key])) + "\n")
-                row = done[key]
-                console.print(f"{name} {pipeline} {n}/{len(questions)} f1 {row.f1:.2f} {row.seconds:.0f} s "
-                              f"{row.lm_calls} calls", highlight=False)
-                rows.append(row)
-            results.setdefault(name, {})[pipeline] = summarize(rows)
-    return results
-
-
-def answers_command(
-    sets: Annotated[list[str], typer.Option("--set", help="a trainset, e.g. musique, hotpotqa, nvidia-10k (repeat)")],
-    pipeline: Annotated[list[str] | None, typer.Option(help="baseline and/or deep (default both)")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="first N dev questions of each set")] = None,
-    out: Annotated[Path, typer.Option(help="figures JSON")] = RESULTS / "answers.json",
-    artifact: Annotated[str, typer.Option(help="deep: compiled artifact, or none for the uncompiled program")] = "none",
-) -> None:
-    """Baseline beside deep: EM, F1, evidence recall, citation validity, LM calls, tokens, latency."""
-    import dspy
-
-    from dspy_rag.cli import program_for
-    from dspy_rag.models import build_lm
-
-    config = load_config()
-    pipelines = pipeline or list(PIPELINES)
-    if unknown := set(pipelines) - set(PIPELINES):
-        raise UserError(f"unknown pipeline {sorted(unknown)}; choose baseline or deep")
-    trainsets = [load_trainset(name) for name in sets]  # an unknown set fails before the model loads
-    dspy.configure(lm=build_lm(config.lm), adapter=dspy.JSONAdapter())
-    cache = out.with_suffix(".rows.jsonl")
-    results = run(trainsets, pipelines, limit, config, cache,
-                  lambda pipeline_name, s: program_for(pipeline_name, config, s.index, s.web, "llm", lambda _msg: None,
-                                                       artifact))
-    write_json_atomic(out, {"model": config.lm.model, "limit": limit, "sets": results})
-    print(json.dumps(results, indent=1))

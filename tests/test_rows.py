@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dspy
 
-from dspy_rag.evals.bench_answers import EvalSet, Row, cached_rows, score, summarize
+from dspy_rag.evals.rows import EvalSet, Row, cached_rows, score, summarize
 from dspy_rag.optimizers.metric import looked_at
 from dspy_rag.pipelines.trajectory import Scored, StepRecord, Trajectory
 from dspy_rag.retrieval import Passage
