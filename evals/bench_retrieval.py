@@ -354,10 +354,18 @@ def _bench() -> None:
     """Without a callback Typer would run the lone `retrieval` command directly, dropping its name."""
 
 
-def default_work_dir(corpus: Path) -> Path:
-    """Keyed by the corpus bytes, so reruns on the same corpus reuse the index and a new corpus gets its own."""
-    digest = hashlib.sha256(corpus.read_bytes()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"dspy-rag-bench-{digest}"
+def sha256_of(files: Sequence[Path]) -> str:
+    """The sha256 of the files' bytes, one after the other."""
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def default_work_dir(*corpus: Path) -> Path:
+    """Keyed by the corpus bytes, so reruns on the same corpus reuse the index and a new corpus gets its own;
+    compile and eval find here the index `bench retrieval` built for the same corpus."""
+    return Path(tempfile.gettempdir()) / f"dspy-rag-bench-{sha256_of(corpus)[:12]}"
 
 
 def parse_sizes(text: str) -> list[int]:

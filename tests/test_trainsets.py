@@ -2,6 +2,7 @@
 
 import inspect
 import json
+import tempfile
 from pathlib import Path
 
 import huggingface_hub
@@ -124,7 +125,7 @@ def test_the_content_hash_is_stable_and_follows_the_question_file(tmp_path: Path
 def test_a_document_set_moved_elsewhere_is_indexed_once_not_twice(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Same bytes at a new path share the scratch index; the old path's copy must go, or every hit comes twice."""
-    monkeypatch.setattr(registry.tempfile, "tempdir", str(tmp_path / "scratch"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "scratch"))
     (tmp_path / "scratch").mkdir()
     config = load_config(environ={})
     sources = []

@@ -16,7 +16,6 @@ split, declared in YAML beside this module (or anywhere else, by path):
 
 import hashlib
 import json
-import tempfile
 from contextlib import suppress
 from functools import cached_property
 from pathlib import Path
@@ -32,7 +31,7 @@ from rich.table import Table
 
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
-from dspy_rag.evals.bench_retrieval import build_index
+from dspy_rag.evals.bench_retrieval import build_index, default_work_dir, sha256_of
 from dspy_rag.index import Index, indexed_source
 from dspy_rag.optimizers.train_reranker import is_held_out
 from dspy_rag.trainsets.formats import CorpusPassage, Format, Question, load_corpus, load_questions
@@ -99,13 +98,6 @@ def fetch(hub_file: str) -> Path:
     return Path(hf_hub_download(f"{owner}/{name}", file, repo_type="dataset"))
 
 
-def sha256_of(files: list[Path]) -> str:
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.read_bytes())
-    return digest.hexdigest()
-
-
 class Trainset:
     """A definition and the data it names; files are found and read on first use, and read once."""
 
@@ -139,8 +131,7 @@ class Trainset:
     @cached_property
     def index_folder(self) -> Path:
         """The scratch index of the corpus, keyed by its bytes."""
-        # The folder `bench retrieval` (default_work_dir) gives a one-file corpus, so both benches share the index.
-        return Path(tempfile.gettempdir()) / f"dspy-rag-bench-{sha256_of(self._corpus_files)[:12]}"
+        return default_work_dir(*self._corpus_files)
 
     def index(self, config: Config) -> Index:
         """The corpus ingested once into its scratch index, then reused."""
