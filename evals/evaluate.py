@@ -90,6 +90,9 @@ def summary(rows: list[Row], weights: dict[str, float], first: list[Row] | None)
     result: dict[str, Any] = {
         **summarize_answers(rows), "score": round(statistics.fmean(scores), 4), "score_ci": interval_text(scores),
         "mean_steps": round(statistics.fmean(r.steps for r in rows), 2),
+        # Means as well as medians: a stopping policy's saving shows in the mean number of calls.
+        "mean_lm_calls": round(statistics.fmean(r.lm_calls for r in rows), 2),
+        "mean_tokens": round(statistics.fmean(r.tokens for r in rows)),
         "ragas": summarize([r.ragas for r in rows], [r.judge_failed for r in rows]),
     }
     if first is not None:
@@ -105,8 +108,9 @@ def ragas_names(results: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def markdown(results: dict[str, dict[str, Any]], title: str) -> str:
-    names = ["score", "score_ci", "delta", "delta_ci", "em", "f1", "evidence_recall", "citation_validity",
-             "median_lm_calls", "median_tokens", "median_seconds", "mean_steps"]
+    names = ["score", "score_ci", "delta", "delta_ci", "em", "f1", "contains", "evidence_recall", "citation_validity",
+             "median_lm_calls", "mean_lm_calls", "median_tokens", "mean_tokens", "median_seconds", "mean_steps",
+             "outside_lm_share", "stopped_early"]
     ragas = ragas_names(results)
     lines = [f"# {title}", "", "| column | " + " | ".join(names + ragas) + " |",
              "|---" * (len(names) + len(ragas) + 1) + "|"]

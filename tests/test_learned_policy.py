@@ -328,8 +328,8 @@ def test_eval_sets_the_policies_side_by_side(policy_workspace: Path) -> None:
     assert result.returncode == 0, result.stderr
     columns = json.loads((policy_workspace / "out" / "results.json").read_text())["columns"]
     llm, learned = columns["deep+tiny-art@qwen2.5-coder-0.5b"], columns["deep+tiny-art/learned@qwen2.5-coder-0.5b"]
-    assert (llm["mean_steps"], llm["median_lm_calls"]) == (2, 12)  # two steps, each with a policy call
-    assert (learned["mean_steps"], learned["median_lm_calls"]) == (1, 6)
+    assert (llm["mean_steps"], llm["median_lm_calls"], llm["mean_lm_calls"]) == (2, 12, 12)  # a policy call a step
+    assert (learned["mean_steps"], learned["median_lm_calls"], learned["mean_lm_calls"]) == (1, 6, 6)
     assert [e.artifact for e in read(policy_workspace / "artifacts" / "ledger.jsonl")] == ["tiny-art"]  # prompts only
     assert_one_line_error(invoke("eval", "--questions", str(policy_workspace / "tiny.yaml"), "--policy", "oracle"),
                           "unknown policy ['oracle']; choose llm, plan, learned")
