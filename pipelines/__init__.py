@@ -1,6 +1,2 @@
-"""DSPy programs (the single-shot baseline and the deep-thinking loop) and the tools they call."""
-
-from dspy_rag.pipelines.baseline import BaselineRAG
-from dspy_rag.pipelines.deep import DeepResearch
-
-__all__ = ["BaselineRAG", "DeepResearch"]
+"""DSPy programs (the single-shot baseline in baseline.py, the deep-thinking loop in deep.py) and the tools
+they call. Nothing is imported here: the optimizers import the trajectory types without the programs."""

@@ -12,7 +12,7 @@ from dspy.utils import DummyLM
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
 from dspy_rag.optimizers import artifacts
-from dspy_rag.pipelines import DeepResearch
+from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.retrieval import Retriever
 
 QUESTION = "What was NVIDIA's Data Center revenue in fiscal 2023?"

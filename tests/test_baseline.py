@@ -4,7 +4,7 @@ import dspy
 from dspy.utils import DummyLM
 
 from dspy_rag.index import Index
-from dspy_rag.pipelines import BaselineRAG
+from dspy_rag.pipelines.baseline import BaselineRAG
 from dspy_rag.retrieval import Retriever
 
 QUESTION = "What was NVIDIA's Data Center revenue in fiscal year 2023?"

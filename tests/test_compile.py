@@ -163,7 +163,7 @@ def test_the_metric_speaks_every_shape_dspy_calls_it_with() -> None:
 def test_musique_decompositions_become_the_planners_labeled_demos(tenk_index: Any) -> None:
     from dspy.teleprompt import LabeledFewShot
 
-    from dspy_rag.pipelines import DeepResearch
+    from dspy_rag.pipelines.deep import DeepResearch
     from dspy_rag.retrieval import Retriever
     from dspy_rag.trainsets.formats import sub_question
 

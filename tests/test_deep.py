@@ -11,7 +11,7 @@ from dspy.utils import DummyLM
 
 from dspy_rag.config import BudgetConfig
 from dspy_rag.index import Index
-from dspy_rag.pipelines import DeepResearch
+from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
 from dspy_rag.retrieval import Passage, Retriever
 from dspy_rag.web import WebSearchError

@@ -23,7 +23,7 @@ from dspy_rag.optimizers.ledger import read
 from dspy_rag.optimizers.metric import DEFAULT_WEIGHTS, ResearchMetric, example_of
 from dspy_rag.optimizers.policy_features import FEATURES, decision_points, feature_values, live_point
 from dspy_rag.optimizers.policy_labels import stop_labels, trace_question
-from dspy_rag.pipelines import DeepResearch
+from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.learned_policy import POLICY_FILE, LearnedPolicy
 from dspy_rag.pipelines.programs import build_program
 from dspy_rag.pipelines.trajectory import CallRecord, Scored, StepRecord, Trajectory

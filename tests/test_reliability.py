@@ -40,7 +40,7 @@ from dspy_rag.documents import parse
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
 from dspy_rag.optimizers import artifacts, ledger
-from dspy_rag.pipelines import DeepResearch
+from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.retrieval import Retriever
 
 QUESTION = "What was NVIDIA's Data Center revenue in fiscal 2023?"

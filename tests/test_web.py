@@ -12,7 +12,7 @@ from dspy.utils import DummyLM
 from conftest import DATA, JsonServer, free_port, scratch_config
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
-from dspy_rag.pipelines import BaselineRAG
+from dspy_rag.pipelines.baseline import BaselineRAG
 from dspy_rag.retrieval import Retriever
 from dspy_rag.web import SnapshotSearch, TavilySearch, WebSearchError, web_search
 
