@@ -234,13 +234,15 @@ def _run(program: Any, question: str, settings: Config) -> Any:
     """Run a program, turning the LM failures a user can act on into one-line errors."""
     from dspy.utils.exceptions import AdapterParseError, ContextWindowExceededError, LMError, LMTransportError
 
+    from dspy_rag.pipelines.lm_calls import Unparseable
+
     model = settings.lm.model
     try:
         return program(question=question)
     except ContextWindowExceededError as exc:
         raise UserError(f"the prompt does not fit {model}'s context window ({settings.lm.context_window} tokens); "
                         "lower retrieval.top_n or ingest.chunk_chars, or raise lm.context_window") from exc
-    except AdapterParseError as exc:
+    except (AdapterParseError, Unparseable) as exc:
         raise UserError(f"{model} returned output that could not be parsed; retry, or use a larger --model") from exc
     except LMTransportError as exc:  # no reply at all: DSPy's own advice after the ';' is for library users
         reason = (str(exc).strip().split(";")[0].splitlines() or [type(exc).__name__])[0]

@@ -110,7 +110,7 @@ def ragas_names(results: dict[str, dict[str, Any]]) -> list[str]:
 def markdown(results: dict[str, dict[str, Any]], title: str) -> str:
     names = ["score", "score_ci", "delta", "delta_ci", "em", "f1", "contains", "evidence_recall", "citation_validity",
              "median_lm_calls", "mean_lm_calls", "median_tokens", "mean_tokens", "median_seconds", "mean_steps",
-             "outside_lm_share", "stopped_early"]
+             "outside_lm_share", "stopped_early", "failed"]
     ragas = ragas_names(results)
     lines = [f"# {title}", "", "| column | " + " | ".join(names + ragas) + " |",
              "|---" * (len(names) + len(ragas) + 1) + "|"]
@@ -161,7 +161,9 @@ def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache:
                 with cache.open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps(asdict(done[key])) + "\n")
             row = done[key]
-            err.print(f"{column.label} {n}/{len(eval_set.questions)} f1 {row.f1:.2f} {row.seconds:.0f} s", highlight=False)
+            failed = f" (failed: {row.failed})" if row.failed else ""
+            err.print(f"{column.label} {n}/{len(eval_set.questions)} f1 {row.f1:.2f} {row.seconds:.0f} s{failed}",
+                      highlight=False)
             rows.setdefault(column, []).append(row)
     return rows
 

@@ -55,6 +55,7 @@ class Row:
     ragas: dict[str, float | None] | None = None  # metric -> value, None where undefined or the judge failed
     judge: str | None = None  # the model that judged ragas' LLM metrics
     judge_failed: list[str] | None = None  # the judged metrics whose judge reply failed
+    failed: str | None = None  # why the program gave no answer (it scores zero and is counted, not skipped)
 
 
 @dataclass
@@ -81,17 +82,22 @@ def score(eval_set: EvalSet, pipeline: str, question: Question, prediction: dspy
         prediction.short_answer or prediction.answer, scores.em, scores.f1, scores.contains, scores.evidence_recall,
         scores.citation_validity, int(usage["lm_calls"]), int(usage["tokens"]), round(usage["seconds"], 2),
         None if usage["lm_seconds"] is None else round(usage["lm_seconds"], 2),
-        len(trajectory.steps) if trajectory else 1, trajectory.stopped_early if trajectory else None)
+        len(trajectory.steps) if trajectory else 1, trajectory.stopped_early if trajectory else None,
+        failed=getattr(prediction, "failed", None))
 
 
 def run_question(program: dspy.Module, question: Question) -> tuple[dspy.Prediction, dict[str, Any]]:
     import dspy
 
     from dspy_rag.models import usage_since
+    from dspy_rag.pipelines.lm_calls import Unparseable
 
     lm = dspy.settings.lm
     start, started = len(lm.history), time.perf_counter()
-    prediction = program(question=question.question)
+    try:
+        prediction = program(question=question.question)
+    except Unparseable as exc:  # one question the model cannot answer must not end an evaluation of many
+        prediction = dspy.Prediction(answer="", short_answer="", draft="", citations=[], passages=[], failed=str(exc))
     seconds = time.perf_counter() - started
     usage = usage_since(lm, start)
     trajectory = getattr(prediction, "trajectory", None)
@@ -122,6 +128,7 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
         "median_steps": statistics.median(r.steps for r in rows),
         "outside_lm_share": outside_lm_share(rows),
         "stopped_early": sum(r.stopped_early is not None for r in rows),
+        "failed": sum(r.failed is not None for r in rows),
     }
 
 

@@ -6,6 +6,7 @@ The yardstick for the deep program.
 import dspy
 
 from dspy_rag.citations import number_passages, resolve
+from dspy_rag.pipelines.lm_calls import Unparseable, predict_parsed
 from dspy_rag.retrieval import Retriever, fuse
 from dspy_rag.signatures import AnswerFromPassages
 from dspy_rag.web import WebSearch, WebSearchError
@@ -31,7 +32,9 @@ class BaselineRAG(dspy.Module):
         if not passages:
             return dspy.Prediction(answer="The index holds no passage that matches the question.", short_answer="",
                                    draft="", citations=[], passages=[], web_error=web_error)
-        result = self.answer(question=question, passages=number_passages(passages))
+        result, attempts = predict_parsed(self.answer, {"question": question, "passages": number_passages(passages)})
+        if result is None:  # one call, no findings: nothing honest to fall back on
+            raise Unparseable(f"the answer's output did not parse in {attempts} attempts")
         answer, citations = resolve(result.answer, result.cited_passages, passages, result.evidence)
         return dspy.Prediction(answer=answer, short_answer=result.short_answer, draft=result.answer, citations=citations, passages=passages,
                                web_error=web_error)

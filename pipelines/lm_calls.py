@@ -1,5 +1,6 @@
 """Every LM call of the deep program goes through here: timed, token-counted, retried once when the
-output cannot be parsed, degraded to a fallback after that, and held to the run's budgets."""
+output cannot be parsed, degraded to a fallback after that, and held to the run's budgets. The baseline's one
+call shares the retry."""
 
 import time
 from collections.abc import Callable
@@ -17,6 +18,25 @@ RETRY_TEMPERATURE = 0.7  # a second greedy decode of the same prompt would repea
 
 class BudgetExhausted(Exception):
     """The research must stop and answer with what it has."""
+
+
+class Unparseable(Exception):
+    """A call whose output did not parse, retried, with nothing to fall back on."""
+
+
+def predict_parsed(predictor: dspy.Predict, inputs: dict[str, Any],
+                   may_retry: Callable[[int], bool] = lambda _attempts: True) -> tuple[dspy.Prediction | None, int]:
+    """The prediction and the attempts it took: greedy first, then once sampled if the output did not parse
+    (and `may_retry` allows another call after that many); None when no output parsed."""
+    attempts = 0
+    for config in ({}, {"temperature": RETRY_TEMPERATURE}):
+        attempts += 1
+        try:
+            return predictor(**inputs, config=config), attempts
+        except AdapterParseError:
+            if not may_retry(attempts):
+                break
+    return None, attempts
 
 
 class LMCalls:
@@ -51,15 +71,8 @@ class LMCalls:
         lm = dspy.settings.lm
         history_start = len(lm.history)
         started = time.perf_counter()
-        result, attempts = None, 0
-        for config in ({}, {"temperature": RETRY_TEMPERATURE}):
-            attempts += 1
-            try:
-                result = predictor(**inputs, config=config)
-                break
-            except AdapterParseError:
-                if self.used + attempts >= self.budgets.max_lm_calls:
-                    break
+        result, attempts = predict_parsed(predictor, inputs,
+                                          lambda attempts: self.used + attempts < self.budgets.max_lm_calls)
         usage = usage_since(lm, history_start)
         self.records.append(CallRecord(module, step, round(time.perf_counter() - started, 3), attempts,
                                        usage["prompt_tokens"], usage["completion_tokens"], degraded=result is None))

@@ -16,6 +16,8 @@ from dspy_rag.cli import app
 from dspy_rag.evals import evaluate
 from dspy_rag.evals.rows import Row
 from dspy_rag.optimizers.ledger import read
+from dspy_rag.pipelines.baseline import BaselineRAG
+from dspy_rag.pipelines.lm_calls import Unparseable
 
 BASELINE_REPLY = {"evidence": "Gaming revenue for fiscal year 2023 was $9.07 billion",
                   "answer": "Gaming revenue was $9.07 billion [1].", "cited_passages": [1],
@@ -90,3 +92,22 @@ def test_intervals_need_enough_questions() -> None:
     assert evaluate.interval_text([1.0] * 3) == "(too few questions for an interval)"
     assert evaluate.interval_text([1.0, 0.0] * 10).startswith("[0.")
     assert evaluate.interval_text([1.0] * 10, paired_with=[0.0] * 10) == "[+1.000, +1.000]"
+
+
+def test_a_question_the_program_cannot_answer_scores_zero_and_the_eval_goes_on(
+        trainset: Path, tmp_path: Path, scripted: list[DummyLM], monkeypatch: pytest.MonkeyPatch) -> None:
+    real = BaselineRAG.forward
+
+    def fails_on_q6(self: BaselineRAG, question: str) -> dspy.Prediction:
+        if question.startswith("Question 6"):
+            raise Unparseable("the answer's output did not parse in 2 attempts")
+        return real(self, question)
+
+    monkeypatch.setattr(BaselineRAG, "forward", fails_on_q6)
+    result = eval_cli(trainset, tmp_path / "out", "--pipeline", "baseline")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "results.json").read_text())
+    rows = report["rows"]["baseline@qwen2.5-coder-0.5b"]
+    assert [(r["id"], r["failed"], r["f1"]) for r in rows] == [
+        ("q5", None, 0.5), ("q6", "the answer's output did not parse in 2 attempts", 0.0)]
+    assert report["columns"]["baseline@qwen2.5-coder-0.5b"]["failed"] == 1

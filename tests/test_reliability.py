@@ -87,7 +87,8 @@ def test_an_lm_that_refuses_is_a_one_line_error(workspace: Path, fake_lm: FakeLM
 def test_unparseable_output_degrades_the_deep_program_and_stops_the_baseline(workspace: Path, fake_lm: FakeLM,
                                                                             mangle: Callable[[str], str]) -> None:
     """Garbage or JSON cut short: the deep program retries a call once, then falls back and says so (a lone
-    string DSPy repairs as far as it goes); the one-call baseline has nothing to fall back on and says what to do."""
+    string DSPy repairs as far as it goes); the one-call baseline retries too, then has nothing to fall back on
+    and says what to do."""
     fake_lm.mangle = mangle
     result = invoke("ask", "--json", QUESTION)
     assert result.returncode == 0, result.stderr
@@ -95,8 +96,9 @@ def test_unparseable_output_degrades_the_deep_program_and_stops_the_baseline(wor
     assert {"plan", "supervise", "synthesize"} <= {call["module"] for call in trajectory["calls"] if call["degraded"]}
     assert all(call["attempts"] == 1 + call["degraded"] for call in trajectory["calls"])
     assert [payload.get("temperature") for _, payload in fake_lm.requests[:2]] == [0.0, 0.7]
-    before = index_state()
+    before, asked = index_state(), len(fake_lm.requests)
     assert_one_line_error(invoke("ask", "--pipeline", "baseline", QUESTION), "could not be parsed")
+    assert [payload.get("temperature") for _, payload in fake_lm.requests[asked:]] == [0.0, 0.7]  # retried once
     assert index_state() == before
 
 
