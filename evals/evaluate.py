@@ -144,6 +144,15 @@ def current(row: Row | None, judge: Judge | None) -> bool:
     return row is not None and (judge is None or row.judge == judge.model)
 
 
+def keep_trajectory(path: Path, key: tuple[str, str, str], prediction: dspy.Prediction) -> None:
+    """The deep program's trajectory beside its row, for reading why a question failed and for learning from."""
+    trajectory = getattr(prediction, "trajectory", None)
+    if trajectory is not None:
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"set": key[0], "pipeline": key[1], "id": key[2],
+                                     "trajectory": trajectory.to_json()}) + "\n")
+
+
 def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache: Path,
                 build: Any, judge: Judge | None = None) -> dict[Column, list[Row]]:
     done = cached_rows(cache)
@@ -160,6 +169,7 @@ def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache:
                                        judge)
                 with cache.open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps(asdict(done[key])) + "\n")
+                keep_trajectory(cache.with_name("trajectories.jsonl"), key, prediction)
             row = done[key]
             failed = f" (failed: {row.failed})" if row.failed else ""
             err.print(f"{column.label} {n}/{len(eval_set.questions)} f1 {row.f1:.2f} {row.seconds:.0f} s{failed}",

@@ -55,6 +55,9 @@ def test_baseline_beside_deep_with_deltas_report_and_ledger(trainset: Path, tmp_
     assert baseline["delta"] == pytest.approx(baseline["score"] - deep["score"], abs=1e-4) and baseline["delta"] < 0
     assert baseline["delta_ci"] == "(too few questions for an interval)"
     assert "| deep@qwen2.5-coder-0.5b |" in (tmp_path / "out" / "report.md").read_text()
+    kept = [json.loads(line) for line in (tmp_path / "out" / "trajectories.jsonl").read_text().splitlines()]
+    assert [(k["pipeline"], k["id"]) for k in kept] == [("deep@qwen2.5-coder-0.5b", "q5"), ("deep@qwen2.5-coder-0.5b", "q6")]
+    assert kept[0]["trajectory"]["version"] and kept[0]["trajectory"]["steps"][0]["query"]  # the baseline has none
     entries = read(tmp_path / "artifacts" / "ledger.jsonl")
     assert [(e.kind, e.artifact, e.questions) for e in entries] == [("eval", None, 2), ("eval", "baseline", 2)]
     assert entries[0].score == deep["score"]
