@@ -18,7 +18,8 @@ from dspy_rag.prompt_cache import PromptCache
 # until max_tokens cuts the JSON off and nothing parses.
 MAX_ARRAY_ITEMS = 5
 MAX_STRING_CHARS = 800
-# Rationale and query fields: a small model otherwise rambles for hundreds of tokens, at ~30 tokens/s.
+# Rationale, query and short-answer fields: a small model otherwise rambles (or copies whole passages) for
+# hundreds of tokens, at ~30 tokens/s.
 FIELD_CHARS = {"reason": 160, "justification": 160, "query": 200, "sub_question": 240, "finding": 400,
                "short_answer": 80}
 

@@ -89,10 +89,6 @@ def summary(rows: list[Row], weights: dict[str, float], first: list[Row] | None)
     scores = [weighted(r, weights) for r in rows]
     result: dict[str, Any] = {
         **summarize_answers(rows), "score": round(statistics.fmean(scores), 4), "score_ci": interval_text(scores),
-        "mean_steps": round(statistics.fmean(r.steps for r in rows), 2),
-        # Means as well as medians: a stopping policy's saving shows in the mean number of calls.
-        "mean_lm_calls": round(statistics.fmean(r.lm_calls for r in rows), 2),
-        "mean_tokens": round(statistics.fmean(r.tokens for r in rows)),
         "ragas": summarize([r.ragas for r in rows], [r.judge_failed for r in rows]),
     }
     if first is not None:

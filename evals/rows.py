@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
 from dspy_rag.config import Config
 from dspy_rag.index import Index
 from dspy_rag.trainsets.formats import Question
@@ -29,7 +27,6 @@ if TYPE_CHECKING:  # dspy costs ~0.4 s to import, and every CLI command loads th
 
 PIPELINES = ("baseline", "deep")
 RESULTS = REPO / "evals" / "results"
-console = Console(stderr=True, soft_wrap=True)
 
 
 @dataclass
@@ -126,6 +123,10 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
         "median_tokens": statistics.median(r.tokens for r in rows),
         "median_seconds": round(statistics.median(r.seconds for r in rows), 2),
         "median_steps": statistics.median(r.steps for r in rows),
+        # Means as well as medians: a stopping policy's saving shows in the mean number of steps and calls.
+        "mean_steps": round(statistics.fmean(r.steps for r in rows), 2),
+        "mean_lm_calls": round(statistics.fmean(r.lm_calls for r in rows), 2),
+        "mean_tokens": round(statistics.fmean(r.tokens for r in rows)),
         "outside_lm_share": outside_lm_share(rows),
         "stopped_early": sum(r.stopped_early is not None for r in rows),
         "failed": sum(r.failed is not None for r in rows),
