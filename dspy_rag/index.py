@@ -46,6 +46,7 @@ class IngestReport:
     replaced: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     chunks_written: int = 0
     seconds: float = 0.0
@@ -349,24 +350,46 @@ class Index:
         files, skipped = expand_inputs(inputs)
         with self._writing(wait) as report:
             report.skipped = skipped
-            for number, item in enumerate(files, start=1):
-                progress(f"reading {Path(item).name}", number - 1, len(files))
-                try:
-                    source = indexed_source(item)
-                    data, kind = self._load(item)
-                    sha256 = hashlib.sha256(data).hexdigest()
-                    if self._unchanged(source, sha256, report):
-                        continue  # before parsing: a large unchanged filing costs only its hash
-                    document = parse(data, source, kind)
-                except UserError as exc:
-                    if len(files) == 1:
-                        raise
-                    report.failed[item] = str(exc)
-                    continue
-                chunks = self._chunks(document, report)
-                self._write_chunks(chunks, progress)
-                self._commit(self._replace(source, sha256, kind, chunks))  # one commit a file
+            self._ingest_files(files, report, progress)
         return report
+
+    def mirror(self, files: list[str]) -> IngestReport:
+        """Make this index hold exactly `files`, waiting for another writer. Dropping the other sources and
+        ingesting happen under one lock: a process that opened the store before another filled it would read
+        a stale Chroma segment."""
+        with self._writing(wait=True) as report:
+            wanted = {indexed_source(file) for file in files}
+            dropped = [s for s in self.catalog["sources"] if s not in wanted]
+            superseded = [i for i, row in self.catalog["chunks"].items() if row["source"] in dropped]
+            for chunk_id in superseded:
+                del self.catalog["chunks"][chunk_id]
+            for source in dropped:
+                del self.catalog["sources"][source]
+            if dropped:
+                self._bm25 = None
+                self._commit(superseded)
+            report.dropped = dropped
+            self._ingest_files(files, report, lambda *_: None)
+        return report
+
+    def _ingest_files(self, files: list[str], report: IngestReport, progress: ProgressFn) -> None:
+        for number, item in enumerate(files, start=1):
+            progress(f"reading {Path(item).name}", number - 1, len(files))
+            try:
+                source = indexed_source(item)
+                data, kind = self._load(item)
+                sha256 = hashlib.sha256(data).hexdigest()
+                if self._unchanged(source, sha256, report):
+                    continue  # before parsing: a large unchanged filing costs only its hash
+                document = parse(data, source, kind)
+            except UserError as exc:
+                if len(files) == 1:
+                    raise
+                report.failed[item] = str(exc)
+                continue
+            chunks = self._chunks(document, report)
+            self._write_chunks(chunks, progress)
+            self._commit(self._replace(source, sha256, kind, chunks))  # one commit a file
 
     def ingest_documents(self, documents: list[Document], progress: ProgressFn = lambda *_: None) -> IngestReport:
         """Ingest documents already in memory (web snapshots, corpora) into an index this tool caches for itself,
@@ -382,20 +405,6 @@ class Index:
             superseded = [i for d, sha256, chunks in staged for i in self._replace(d.source, sha256, d.kind, chunks)]
             self._commit(superseded)
         return report
-
-    def keep_only(self, sources: set[str]) -> list[str]:
-        """Drop every source not in `sources` (waiting for another writer); returns the dropped ones."""
-        with self._writing(wait=True):
-            dropped = [s for s in self.catalog["sources"] if s not in sources]
-            superseded = [i for i, row in self.catalog["chunks"].items() if row["source"] in dropped]
-            for chunk_id in superseded:
-                del self.catalog["chunks"][chunk_id]
-            for source in dropped:
-                del self.catalog["sources"][source]
-            self._bm25 = None
-            if dropped:
-                self._commit(superseded)
-        return dropped
 
     def disk_bytes(self) -> int:
         return sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file())

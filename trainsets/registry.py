@@ -32,7 +32,7 @@ from rich.table import Table
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 from dspy_rag.evals.bench_retrieval import build_index, default_work_dir, sha256_of
-from dspy_rag.index import Index, indexed_source
+from dspy_rag.index import Index
 from dspy_rag.optimizers.train_reranker import is_held_out
 from dspy_rag.trainsets.formats import CorpusPassage, Format, Question, load_corpus, load_questions
 from dspy_rag.trainsets.locations import shared_data
@@ -139,11 +139,9 @@ class Trainset:
         if self.definition.corpus:
             return build_index(scratch, self.passages, lambda *_: None)
         index = Index(scratch)
-        files = [str(file) for file in self._corpus_files]
-        # The same bytes at another path (a moved trainset, a test's tmp folder) would otherwise be indexed twice.
-        index.keep_only({indexed_source(file) for file in files})
-        # Two compiles may build it at once: the second waits for the first, then finds every file unchanged.
-        index.ingest(files, wait=True)
+        # The same bytes at another path (a moved trainset, a test's tmp folder) would otherwise be indexed twice;
+        # two compiles may build it at once: the second waits for the first, then finds every file unchanged.
+        index.mirror([str(file) for file in self._corpus_files])
         return index
 
     def web(self, config: Config) -> WebSearch | None:
