@@ -221,11 +221,12 @@ def compile_command(
             raise UserError(f"unknown optimizer '{optimizer}'; choose {', '.join(OPTIMIZERS)}")
         chosen = OPTIMIZERS[optimizer]
         data = splits(load_trainset(trainset), chosen, train_limit, dev_limit)
-        cost = estimate(chosen, settings_for(chosen, request.settings), data, settings.lm.model)
+        cost = estimate(chosen, settings_for(chosen, request.settings), data, settings.lm.model, teacher)
         time_text = f"≈ {cost.seconds / 60:.0f} min" if cost.seconds else "time unknown for this model"
         out.print(f"{optimizer} on {trainset}: {len(data.train)} train, {len(data.val)} validation, "
                   f"{len(data.dev)} dev questions; ≤ {cost.program_runs} program runs (dev before and after "
-                  f"included), ≈ {cost.lm_calls} LM calls, {time_text} on {settings.lm.model}", highlight=False)
+                  f"included), ≈ {cost.lm_calls} LM calls, {time_text} on {settings.lm.model}"
+                  + (f" taught by {teacher}" if teacher else ""), highlight=False)
         return
     compile_program(request, settings, err, lambda msg: err.print(f"[dim]›[/dim] {msg}", highlight=False))
 

@@ -75,10 +75,17 @@ def splits(trainset: Trainset, optimizer: Optimizer, train_limit: int | None, de
     return Splits([e for e in train if e not in val], val, dev)
 
 
-def estimate(optimizer: Optimizer, settings: dict[str, Any], data: Splits, model: str) -> Estimate:
-    runs = optimizer.runs(len(data.train), len(data.val), settings) + 2 * len(data.dev)
-    per_call = SECONDS_PER_CALL.get(model)
-    return Estimate(runs, runs * CALLS_PER_RUN, runs * CALLS_PER_RUN * per_call if per_call else None)
+def estimate(optimizer: Optimizer, settings: dict[str, Any], data: Splits, model: str,
+             teacher: str | None = None) -> Estimate:
+    """An upper bound: the dev runs before and after go at the model's speed, the optimizer's runs at the slower
+    of model and teacher (a teacher runs the bootstrapped traces; the student scores candidates)."""
+    optimizing, dev = optimizer.runs(len(data.train), len(data.val), settings), 2 * len(data.dev)
+    runs = optimizing + dev
+    rates = [SECONDS_PER_CALL.get(m) for m in (model, teacher) if m]
+    if None in rates:
+        return Estimate(runs, runs * CALLS_PER_RUN, None)
+    seconds = (optimizing * max(rates) + dev * rates[0]) * CALLS_PER_RUN
+    return Estimate(runs, runs * CALLS_PER_RUN, seconds)
 
 
 class Tracker:

@@ -143,6 +143,13 @@ def test_dry_run_estimates_grow_with_the_optimizer(trainset: Path) -> None:
     assert costs["labeled"].program_runs < costs["bootstrap"].program_runs < costs["random-search"].program_runs
     assert costs["bootstrap"].lm_calls == costs["bootstrap"].program_runs * compiling.CALLS_PER_RUN
     assert costs["gepa"].seconds and costs["gepa"].seconds > costs["bootstrap"].seconds
+    split = compiling.splits(data, OPTIMIZERS["bootstrap"], None, None)
+    taught = compiling.estimate(OPTIMIZERS["bootstrap"], OPTIMIZERS["bootstrap"].defaults, split,
+                                "local/qwen2.5-coder-0.5b", "local/qwen2.5-coder-1.5b")
+    assert taught.program_runs == costs["bootstrap"].program_runs
+    assert costs["bootstrap"].seconds and taught.seconds and taught.seconds > costs["bootstrap"].seconds
+    assert compiling.estimate(OPTIMIZERS["bootstrap"], OPTIMIZERS["bootstrap"].defaults, split,
+                              "local/qwen2.5-coder-0.5b", "openai/gpt-4o-mini").seconds is None
 
 
 def test_the_metric_speaks_every_shape_dspy_calls_it_with() -> None:
