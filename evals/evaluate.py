@@ -27,7 +27,7 @@ from rich.table import Table
 from dspy_rag.config import Config, load_config
 from dspy_rag.errors import UserError
 from dspy_rag.evals.metrics import AnswerScores, weighted_score
-from dspy_rag.evals.ragas_bridge import HEADERS, Judge, cell, inputs_of, ragas_scores, summarize
+from dspy_rag.evals.ragas_bridge import HEADERS, Judge, RagasInputs, cell, inputs_of, ragas_scores, summarize
 from dspy_rag.evals.rows import PIPELINES, RESULTS, EvalSet, Row, cached_rows, load_set, run_question, score
 from dspy_rag.evals.rows import summarize as summarize_answers
 from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, bootstrap_ci, paired_delta_ci
@@ -38,7 +38,6 @@ from dspy_rag.trainsets.registry import load_trainset
 if TYPE_CHECKING:
     import dspy
 
-    from dspy_rag.trainsets.formats import Question
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -129,15 +128,16 @@ def print_table(results: dict[str, dict[str, Any]], title: str) -> None:
     out.print(table)
 
 
-def with_ragas(row: Row, question: Question, prediction: dspy.Prediction, judge: Judge | None) -> Row:
-    """The row with its ragas scores: the LLM-free ones, and the judged ones when there is a judge."""
-    scores = ragas_scores(inputs_of(question, prediction), judge)
-    return replace(row, ragas=scores.values, judge=scores.judge, judge_failed=scores.failed)
+def with_ragas(row: Row, inputs: RagasInputs, judge: Judge | None) -> Row:
+    """The row with its ragas scores (the LLM-free ones, and the judged ones when there is a judge) and the
+    inputs they were scored on."""
+    scores = ragas_scores(inputs, judge)
+    return replace(row, ragas=scores.values, judge=scores.judge, judge_failed=scores.failed,
+                   ragas_inputs=asdict(inputs))
 
 
-def current(row: Row | None, judge: Judge | None) -> bool:
-    """A cached row stands, unless a judge is asked for that did not judge it."""
-    return row is not None and (judge is None or row.judge == judge.model)
+def judged_as_asked(row: Row, judge: Judge | None) -> bool:
+    return judge is None or row.judge == judge.model
 
 
 def keep_trajectory(path: Path, key: tuple[str, str, str], prediction: dspy.Prediction) -> None:
@@ -158,14 +158,19 @@ def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache:
         program: dspy.Module | None = None
         for n, question in enumerate(eval_set.questions, start=1):
             key = (eval_set.name, column.label, question.id)
-            if not current(done.get(key), judge):
+            cached = done.get(key)
+            if cached is not None and not judged_as_asked(cached, judge) and cached.ragas_inputs is not None:
+                # The answer stands; only the judge is new to it.
+                done[key] = with_ragas(cached, RagasInputs.from_json(cached.ragas_inputs), judge)
+            elif cached is None or not judged_as_asked(cached, judge):
                 program = program or build(column)
                 prediction, usage = run_question(program, question)
-                done[key] = with_ragas(score(eval_set, column.label, question, prediction, usage), question, prediction,
-                                       judge)
+                done[key] = with_ragas(score(eval_set, column.label, question, prediction, usage),
+                                       inputs_of(question, prediction), judge)
+                keep_trajectory(cache.with_name("trajectories.jsonl"), key, prediction)
+            if done[key] is not cached:
                 with cache.open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps(asdict(done[key])) + "\n")
-                keep_trajectory(cache.with_name("trajectories.jsonl"), key, prediction)
             row = done[key]
             failed = f" (failed: {row.failed})" if row.failed else ""
             err.print(f"{column.label} {n}/{len(eval_set.questions)} f1 {row.f1:.2f} {row.seconds:.0f} s{failed}",

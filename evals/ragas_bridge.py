@@ -84,6 +84,11 @@ class RagasInputs:
     gold_ids: tuple[str, ...] = ()
     contexts: tuple[str, ...] = ()  # the passages the answer was written from
 
+    @classmethod
+    def from_json(cls, fields: dict[str, Any]) -> RagasInputs:
+        """Back from a cached row, where JSON turned the tuples into lists."""
+        return cls(**{name: tuple(value) if isinstance(value, list) else value for name, value in fields.items()})
+
 
 @dataclass(frozen=True)
 class RagasScores:

@@ -53,6 +53,7 @@ class Row:
     judge: str | None = None  # the model that judged ragas' LLM metrics
     judge_failed: list[str] | None = None  # the judged metrics whose judge reply failed
     failed: str | None = None  # why the program gave no answer (it scores zero and is counted, not skipped)
+    ragas_inputs: dict[str, Any] | None = None  # what ragas scored, so a later judge needs no new run
 
 
 @dataclass

@@ -259,8 +259,25 @@ def test_a_judge_reasks_only_the_rows_it_did_not_judge(sectioned_trainset: Path,
     without = json.loads((tmp_path / "out" / "results.json").read_text())["columns"]["deep@qwen2.5-coder-0.5b"]
     assert "faithfulness" not in without["ragas"]
     assert eval_cli(sectioned_trainset, tmp_path / "out", "--judge", JUDGE).exit_code == 0
+    judged = json.loads((tmp_path / "out" / "results.json").read_text())["rows"]["deep@qwen2.5-coder-0.5b"]
+    assert all(r["judge"] == JUDGE for r in judged)
     assert eval_cli(sectioned_trainset, tmp_path / "out", "--judge", JUDGE).exit_code == 0
-    assert asked == ["q5", "q6", "q5", "q6"]  # judged once, then cached
+    assert asked == ["q5", "q6"]  # the judge read the cached answers; nothing was asked again
+    assert [r["answer"] for r in judged] == [r["short_answer"] for r in (row["ragas_inputs"] for row in judged)]
+
+
+def test_rows_cached_without_their_ragas_inputs_are_run_again_for_a_judge(
+        sectioned_trainset: Path, tmp_path: Path, scripted: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+    real = evaluate.run_question
+    monkeypatch.setattr(evaluate, "run_question", lambda program, question: (asked.append(question.id),
+                                                                              real(program, question))[1])
+    assert eval_cli(sectioned_trainset, tmp_path / "out").exit_code == 0
+    rows = tmp_path / "out" / "rows.jsonl"
+    older = [{**json.loads(line), "ragas_inputs": None} for line in rows.read_text().splitlines()]
+    rows.write_text("".join(json.dumps(row) + "\n" for row in older))
+    assert eval_cli(sectioned_trainset, tmp_path / "out", "--judge", JUDGE).exit_code == 0
+    assert asked == ["q5", "q6", "q5", "q6"]
 
 
 @pytest.mark.slow
