@@ -182,6 +182,9 @@ class DeepResearch(dspy.Module):
         decision, reason = self.ask_policy(question, [s.sub_question for s in remaining], findings, calls)
         if decision == "CONTINUE" and not remaining:
             return "FINISH", f"{reason} (no steps left)"
+        if decision == "FINISH" and any(step.builds_on_earlier() for step in remaining):
+            # Measured: both local models finish a chain after its first hop, "the findings answer every part".
+            return "CONTINUE", f"{reason} (overruled: a remaining step builds on an earlier answer)"
         return decision, reason
 
     def ask_policy(self, question: str, remaining: list[str], findings: list[str], calls: LMCalls) -> tuple[str, str]:

@@ -1,11 +1,14 @@
 """Plan: turn the question into research steps, each with a tool, keywords and a likely section."""
 
+import re
 from typing import Literal
 
 import dspy
 from pydantic import BaseModel, Field
 
 Tool = Literal["search_docs", "search_web"]
+# How a plan step names what an earlier step found: "the answer of step 1" (as gold plans write it) or "#1".
+EARLIER_ANSWER = re.compile(r"\bthe answer (?:of|to|from) step \d+|#\d+", re.IGNORECASE)
 
 
 class Step(BaseModel):
@@ -14,6 +17,11 @@ class Step(BaseModel):
     keywords: list[str] = Field(default_factory=list, description="names, figures and terms to search for")
     section: str | None = Field(None, description="the document section most likely to hold the answer, if known")
     justification: str = Field("", description="why this step is needed, in a few words")
+
+    def builds_on_earlier(self) -> bool:
+        """Whether this step asks about an earlier step's answer: the next hop of a chain, which no finding
+        made before it can have answered."""
+        return bool(EARLIER_ANSWER.search(self.sub_question))
 
 
 class PlanResearch(dspy.Signature):

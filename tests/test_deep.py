@@ -14,6 +14,8 @@ from dspy_rag.index import Index
 from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
 from dspy_rag.retrieval import Passage, Retriever
+from dspy_rag.signatures import Step
+from dspy_rag.trainsets.formats import sub_question
 from dspy_rag.web import WebSearchError
 
 QUESTION = "How did Data Center revenue change in fiscal 2023, and what competition risk does NVIDIA list?"
@@ -78,6 +80,21 @@ def test_finish_early_skips_the_rest_of_the_plan(tenk_index: Index) -> None:
     prediction, _ = run(tenk_index, [plan("Data Center revenue?", "Competition?"), *step(), decide("FINISH"),
                                      synthesize()])
     assert len(prediction.trajectory.steps) == 1 and prediction.trajectory.stopped_early is None
+
+
+def test_finish_before_a_step_that_builds_on_an_earlier_answer_is_overruled(tenk_index: Index) -> None:
+    replies = [plan("Which segment earned the most revenue?", "What was the operating income of the answer of step 1?"),
+               *step(), decide("FINISH"), *step(), decide("FINISH"), synthesize()]
+    prediction, _ = run(tenk_index, replies)
+    steps = prediction.trajectory.steps
+    assert [s.decision for s in steps] == ["CONTINUE", "FINISH"]
+    assert steps[0].decision_reason == "scripted (overruled: a remaining step builds on an earlier answer)"
+
+
+def test_the_gold_plans_hop_references_are_read_as_chain_steps() -> None:
+    assert Step(sub_question=sub_question("#1 >> country"), tool="search_docs").builds_on_earlier()
+    assert Step(sub_question="Who founded #2?", tool="search_docs").builds_on_earlier()
+    assert not Step(sub_question="What was step-up revenue in fiscal 2023?", tool="search_docs").builds_on_earlier()
 
 
 def test_revise_replans_from_the_findings(tenk_index: Index) -> None:
