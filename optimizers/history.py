@@ -77,21 +77,31 @@ def lineages(entries: list[LedgerEntry]) -> dict[str, list[Row]]:
         chain = ancestry(entry.artifact, parents)
         # A parent or root compile counts only if it came first: a reused name may since mean another program.
         so_far = entries[: index + 1]
-        parent = latest(so_far, "compile", entry.parent, entry) if entry.kind == "compile" and entry.parent else None
-        uncompiled = score_of_uncompiled(entry, chain[-1], so_far, entries) if chain else None
+        uncompiled = score_of_uncompiled(entry, so_far, entries) if chain else None
         grouped.setdefault(chain[-1] if chain else UNCOMPILED, []).append(
-            Row(entry, len(chain), parent.score if parent else None, uncompiled))
+            Row(entry, len(chain), score_of_parent(entry, so_far), uncompiled))
     return grouped
 
 
-def score_of_uncompiled(entry: LedgerEntry, root: str, so_far: list[LedgerEntry],
-                        entries: list[LedgerEntry]) -> float | None:
-    """An evaluation of the uncompiled program, whenever it ran, else the score the root compile started from."""
+def score_of_parent(entry: LedgerEntry, so_far: list[LedgerEntry]) -> float | None:
+    """A recompile's parent: its own compile score measured alike, else the score this compile started from
+    (the parent's program run on this compile's model and dev questions, e.g. a parent compiled for another
+    model)."""
+    if entry.kind != "compile" or not entry.parent:
+        return None
+    parent = latest(so_far, "compile", entry.parent, entry)
+    return parent.score if parent else entry.score_before
+
+
+def score_of_uncompiled(entry: LedgerEntry, so_far: list[LedgerEntry], entries: list[LedgerEntry]) -> float | None:
+    """An evaluation of the uncompiled program, whenever it ran, else the score the newest compile from the
+    uncompiled program (one without a parent, in any lineage) started from."""
     evaluated = latest(entries, "eval", None, entry)
     if evaluated:
         return evaluated.score
-    root_compile = latest(so_far, "compile", root, entry)
-    return root_compile.score_before if root_compile else None
+    root = next((e for e in reversed(so_far) if e.kind == "compile" and e.parent is None and measured_alike(e, entry)),
+                None)
+    return root.score_before if root else None
 
 
 def score_text(value: float | None, signed: bool = False) -> str:

@@ -109,7 +109,8 @@ def history(config: Path, *flags: str) -> Result:
 
 @pytest.fixture()
 def two_lineages(config: Path, tmp_path: Path) -> None:
-    """v1 and v2 recompiled from it, with an uncompiled eval; w1 on another model, where no eval exists."""
+    """v1 and v2 recompiled from it, with an uncompiled eval; w1 on another model, where no eval exists; x2
+    recompiled from v1 for that other model."""
     ledger = tmp_path / "artifacts" / LEDGER_FILE
     for item in [
         entry(kind="eval", artifact=None, score=0.40, score_before=None),
@@ -117,6 +118,7 @@ def two_lineages(config: Path, tmp_path: Path) -> None:
         entry(artifact="w1", model=OTHER_MODEL, score=0.30, score_before=0.20),
         entry(artifact="v2", parent="v1", score=0.55, score_before=0.49),
         entry(kind="eval", artifact="v2", score=0.53, score_before=None),
+        entry(artifact="x2", parent="v1", model=OTHER_MODEL, score=0.36, score_before=0.31),
     ]:
         append(ledger, item)
 
@@ -134,6 +136,9 @@ def test_history_measures_each_compile_against_its_parent_and_the_uncompiled_pro
         ("compile", "v1", 1, None, pytest.approx(0.10)),  # against the uncompiled eval, not its own 0.38
         ("compile", "v2", 2, pytest.approx(0.05), pytest.approx(0.15)),
         ("eval", "v2", 2, None, pytest.approx(0.13)),
+        # v1 was not compiled on this model: the parent's program as this compile measured it first stands in,
+        # and w1's starting score (the uncompiled program on that model) is the uncompiled one.
+        ("compile", "x2", 2, pytest.approx(0.05), pytest.approx(0.16)),
     ]
     # No uncompiled eval on that model: the root compile's starting score stands in.
     assert found["w1"] == [("compile", "w1", 1, None, pytest.approx(0.10))]
