@@ -46,7 +46,6 @@ class IngestReport:
     replaced: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     chunks_written: int = 0
     seconds: float = 0.0
@@ -368,7 +367,6 @@ class Index:
             if dropped:
                 self._bm25 = None
                 self._commit(superseded)
-            report.dropped = dropped
             self._ingest_files(files, report, lambda *_: None)
         return report
 

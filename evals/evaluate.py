@@ -137,6 +137,7 @@ def with_ragas(row: Row, inputs: RagasInputs, judge: Judge | None) -> Row:
 
 
 def judged_as_asked(row: Row, judge: Judge | None) -> bool:
+    """A cached row stands, unless a judge is asked for that did not judge it."""
     return judge is None or row.judge == judge.model
 
 
@@ -159,16 +160,16 @@ def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache:
         for n, question in enumerate(eval_set.questions, start=1):
             key = (eval_set.name, column.label, question.id)
             cached = done.get(key)
-            if cached is not None and not judged_as_asked(cached, judge) and cached.ragas_inputs is not None:
-                # The answer stands; only the judge is new to it.
-                done[key] = with_ragas(cached, RagasInputs.from_json(cached.ragas_inputs), judge)
-            elif cached is None or not judged_as_asked(cached, judge):
-                program = program or build(column)
-                prediction, usage = run_question(program, question)
-                done[key] = with_ragas(score(eval_set, column.label, question, prediction, usage),
-                                       inputs_of(question, prediction), judge)
-                keep_trajectory(cache.with_name("trajectories.jsonl"), key, prediction)
-            if done[key] is not cached:
+            if cached is None or not judged_as_asked(cached, judge):
+                if cached is not None and cached.ragas_inputs is not None:
+                    # The answer stands; only the judge is new to it.
+                    done[key] = with_ragas(cached, RagasInputs.from_json(cached.ragas_inputs), judge)
+                else:
+                    program = program or build(column)
+                    prediction, usage = run_question(program, question)
+                    done[key] = with_ragas(score(eval_set, column.label, question, prediction, usage),
+                                           inputs_of(question, prediction), judge)
+                    keep_trajectory(cache.with_name("trajectories.jsonl"), key, prediction)
                 with cache.open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps(asdict(done[key])) + "\n")
             row = done[key]
