@@ -56,16 +56,18 @@ def main() -> None:
     parser.add_argument("--optimizer", action="append", choices=list(SETTINGS), help="repeat; default all")
     parser.add_argument("--out", type=Path, default=Path("evals/results/compile-costs.json"))
     args = parser.parse_args()
+    header = {"trainset": TRAINSET, "model": args.model, "train": args.train, "dev": args.dev,
+              "threads": os.environ.get("DSPY_RAG_LM_THREADS", "configured")}
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="dspy-rag-compile-costs-") as scratch:
-        rows = []
         for optimizer in args.optimizer or list(SETTINGS):
             row = compile_once(optimizer, args.train, args.dev, Path(scratch), args.model)
             rows.append(row)
+            # Written after every optimizer: a later one failing or being stopped keeps the figures already paid for.
+            write_json_atomic(args.out, {**header, "rows": rows})
             print(f"{optimizer}: {row['lm_calls']} LM calls, "
                   f"{row['tokens']:,} tokens, {row['seconds'] / 60:.1f} min; dev {row['dev_before']:.3f} → "
                   f"{row['dev_after']:.3f}", flush=True)
-    write_json_atomic(args.out, {"trainset": TRAINSET, "model": args.model, "train": args.train, "dev": args.dev,
-                                 "threads": os.environ.get("DSPY_RAG_LM_THREADS", "configured"), "rows": rows})
     print(f"wrote {args.out}")
 
 

@@ -29,6 +29,7 @@ from dspy_rag.signatures import (
     Step,
     SynthesizeAnswer,
 )
+from dspy_rag.signatures.planner import answer_in
 from dspy_rag.web import WebSearch, WebSearchError
 
 PolicyMode = Literal["llm", "plan", "learned"]
@@ -87,11 +88,16 @@ class DeepResearch(dspy.Module):
         evidence: list[Passage] = []
         try:
             steps = self._plan(question, findings, calls, record)
+            plan_start = 0  # a plan's "the answer of step N" counts from the first step done under it
             while steps:
                 if len(record.steps) >= self.budgets.max_steps:
                     raise BudgetExhausted(f"step budget ({self.budgets.max_steps}) reached, "
                                           f"{len(steps)} planned step(s) not done")
-                step_record, used = self._research(steps.pop(0), len(record.steps), findings, calls)
+                planned = steps.pop(0)
+                resolved = planned.resolved([answer_in(s.finding, s.sub_question) for s in record.steps[plan_start:]])
+                step_record, used = self._research(resolved, len(record.steps), findings, calls)
+                if resolved != planned:
+                    step_record.notes.append(f"planned as: {planned.sub_question}")
                 record.steps.append(step_record)
                 findings.append(step_record.finding)
                 evidence += [p for p in used if p.id not in {e.id for e in evidence}]
@@ -101,7 +107,7 @@ class DeepResearch(dspy.Module):
                 if step_record.decision == "FINISH":
                     break
                 if step_record.decision == "REVISE":
-                    steps = self._plan(question, findings, calls, record)
+                    steps, plan_start = self._plan(question, findings, calls, record), len(record.steps)
         except BudgetExhausted as exc:
             record.stopped_early = str(exc)
             self.on_event("stop", f"stopped early: {exc}")

@@ -15,6 +15,7 @@ from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
 from dspy_rag.retrieval import Passage, Retriever
 from dspy_rag.signatures import Step
+from dspy_rag.signatures.planner import answer_in
 from dspy_rag.trainsets.formats import sub_question
 from dspy_rag.web import WebSearchError
 
@@ -95,6 +96,43 @@ def test_the_gold_plans_hop_references_are_read_as_chain_steps() -> None:
     assert Step(sub_question=sub_question("#1 >> country"), tool="search_docs").builds_on_earlier()
     assert Step(sub_question="Who founded #2?", tool="search_docs").builds_on_earlier()
     assert not Step(sub_question="What was step-up revenue in fiscal 2023?", tool="search_docs").builds_on_earlier()
+
+
+def test_a_chain_step_searches_for_what_the_earlier_step_found(tenk_index: Index) -> None:
+    replies = [plan("Which segment earned the most revenue?", "What was the operating income of the answer of step 1?"),
+               *step(finding="The Compute & Networking segment earned $15.07 billion."), decide("CONTINUE"),
+               *step(), decide("FINISH"), synthesize()]
+    prediction, lm = run(tenk_index, replies)
+    second = prediction.trajectory.steps[1]
+    assert second.sub_question == "What was the operating income of Compute & Networking?"
+    assert second.notes == ["planned as: What was the operating income of the answer of step 1?"]
+    assert "the answer of step 1" not in lm.history[6]["messages"][-1]["content"]  # the second rewrite
+
+
+def test_references_count_from_the_plan_they_were_written_in(tenk_index: Index) -> None:
+    replies = [plan("Which segment earned the most?"), *step(finding="Compute & Networking earned the most."),
+               decide("REVISE"), plan("Who leads it?", "Where does the answer of step 1 work?"),
+               *step(finding="Jensen Huang leads it."), decide("CONTINUE"), *step(), decide("FINISH"), synthesize()]
+    prediction, _ = run(tenk_index, replies)
+    assert prediction.trajectory.steps[2].sub_question == "Where does Jensen Huang work?"
+
+
+@pytest.mark.parametrize(("finding", "sub_question", "answer"), [
+    ("The Bubye River is found in Zimbabwe.", "What is the country where the Bubye River is found?", "Zimbabwe"),
+    ("Jiménez is a part of Venezuela, in South America.", "What country is Jiménez a part of?", "Venezuela"),
+    ("NVIDIA's Data Center revenue was $15.01 billion in fiscal 2023.", "What was Data Center revenue?",
+     "$15.01 billion"),
+    ("Oregon became a state in 1859.", "When did Oregon become a state?", "1859"),
+    ("The share from Venezuela is not given in the notes.", "What share of edits came from Venezuela?", None),
+])
+def test_the_answer_a_finding_adds_to_its_sub_question(finding: str, sub_question: str, answer: str | None) -> None:
+    assert answer_in(finding, sub_question) == answer
+
+
+def test_an_unknown_earlier_answer_leaves_the_reference_in_place() -> None:
+    chained = Step(sub_question="Who founded #2?", tool="search_docs")
+    assert chained.resolved(["Zimbabwe"]) == chained and chained.resolved(["Zimbabwe", None]) == chained
+    assert chained.resolved(["Zimbabwe", "Acme"]).sub_question == "Who founded Acme?"
 
 
 def test_revise_replans_from_the_findings(tenk_index: Index) -> None:
