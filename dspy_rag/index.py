@@ -290,13 +290,18 @@ class Index:
                                    documents=[c.text for c in part], metadatas=[c.metadata for c in part])
             progress("embedding", start + len(part), len(chunks))
 
+    def _forget(self, source: str, keep: frozenset[str] = frozenset()) -> list[str]:
+        """Drop `source`'s chunks from the in-memory catalog, except the ids in `keep`; returns the dropped ids."""
+        dropped = [i for i, row in self.catalog["chunks"].items() if row["source"] == source and i not in keep]
+        for chunk_id in dropped:
+            del self.catalog["chunks"][chunk_id]
+        self.catalog["sources"].pop(source, None)
+        self._bm25 = None
+        return dropped
+
     def _replace(self, source: str, sha256: str, kind: str, chunks: list[Chunk]) -> list[str]:
         """Replace `source` in the in-memory catalog; returns the chunk ids it superseded."""
-        old = [i for i, row in self.catalog["chunks"].items() if row["source"] == source]
-        new_ids = {c.id for c in chunks}
-        for chunk_id in old:
-            if chunk_id not in new_ids:
-                del self.catalog["chunks"][chunk_id]
+        superseded = self._forget(source, keep=frozenset(c.id for c in chunks))
         for c in chunks:
             row = asdict(c)
             del row["id"]
@@ -307,8 +312,7 @@ class Index:
             "sections": list(dict.fromkeys(c.section for c in chunks)),
             "ingested_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
-        self._bm25 = None
-        return [i for i in old if i not in new_ids]
+        return superseded
 
     def _commit(self, superseded: list[str]) -> None:
         """The commit point: the catalog is replaced atomically, then superseded vectors are deleted."""
@@ -358,15 +362,8 @@ class Index:
         a stale Chroma segment."""
         with self._writing(wait=True) as report:
             wanted = {indexed_source(file) for file in files}
-            dropped = [s for s in self.catalog["sources"] if s not in wanted]
-            superseded = [i for i, row in self.catalog["chunks"].items() if row["source"] in dropped]
-            for chunk_id in superseded:
-                del self.catalog["chunks"][chunk_id]
-            for source in dropped:
-                del self.catalog["sources"][source]
-            if dropped:
-                self._bm25 = None
-                self._commit(superseded)
+            if dropped := [s for s in self.catalog["sources"] if s not in wanted]:
+                self._commit([i for source in dropped for i in self._forget(source)])
             self._ingest_files(files, report, lambda *_: None)
         return report
 

@@ -151,10 +151,12 @@ def keep_trajectory(path: Path, key: tuple[str, str, str], prediction: dspy.Pred
 
 
 def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache: Path,
-                build: Any, judge: Judge | None = None) -> dict[Column, list[Row]]:
+                build: Any, judge: Judge | None = None) -> tuple[dict[Column, list[Row]], set[Column]]:
+    """Each column's rows, and the columns that ran or judged anything this time (the rest came from the cache)."""
     done = cached_rows(cache)
     cache.parent.mkdir(parents=True, exist_ok=True)
     rows: dict[Column, list[Row]] = {}
+    fresh: set[Column] = set()
     for column in columns:
         program: dspy.Module | None = None
         for n, question in enumerate(eval_set.questions, start=1):
@@ -172,12 +174,13 @@ def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache:
                     keep_trajectory(cache.with_name("trajectories.jsonl"), key, prediction)
                 with cache.open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps(asdict(done[key])) + "\n")
+                fresh.add(column)
             row = done[key]
             failed = f" (failed: {row.failed})" if row.failed else ""
             err.print(f"{column.label} {n}/{len(eval_set.questions)} f1 {row.f1:.2f} {row.seconds:.0f} s{failed}",
                       highlight=False)
             rows.setdefault(column, []).append(row)
-    return rows
+    return rows, fresh
 
 
 def eval_command(
@@ -229,7 +232,7 @@ def eval_command(
                            lambda _msg: None, column.artifact)
 
     grader = Judge(judge, lm_for(judge), eval_set.index.embedder) if judge else None
-    rows = run_columns(eval_set, columns, config, folder / "rows.jsonl", build, grader)
+    rows, fresh = run_columns(eval_set, columns, config, folder / "rows.jsonl", build, grader)
     if grader:
         err.print(f"judge {judge}, this run: {grader.report()}", highlight=False)
     weights = dict(DEFAULT_WEIGHTS)
@@ -240,8 +243,9 @@ def eval_command(
     write_json_atomic(folder / "results.json", {"trainset": trainset.name, "title": title, "columns": results,
                                                 "rows": {c.label: [asdict(r) for r in rows[c]] for c in columns}})
     write_atomic(folder / "report.md", markdown(results, title).encode("utf-8"))
-    # The ledger follows prompts across recompiles; a column that only swaps the stopping policy is no new program.
-    for column in (c for c in columns if c.policy == "llm"):
+    # The ledger follows prompts across recompiles; a column that only swaps the stopping policy is no new program,
+    # and one read whole from the cache is no new measurement.
+    for column in (c for c in columns if c.policy == "llm" and c in fresh):
         append(ledger_path(config), LedgerEntry(
             kind="eval", artifact=ledger_name(column), parent=None,
             model=column.model, trainset=trainset.name, trainset_hash=trainset.content_hash, split="dev",

@@ -8,6 +8,7 @@ where both scores were measured alike: on the same model, trainset, split, metri
 import io
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -54,10 +55,10 @@ def measured_alike(a: LedgerEntry, b: LedgerEntry) -> bool:
                                                                       b.questions)
 
 
-def latest(entries: list[LedgerEntry], kind: str, artifact: str | None, like: LedgerEntry) -> LedgerEntry | None:
-    """The newest entry of this kind for this artifact whose score compares with `like`'s."""
-    return next((e for e in reversed(entries) if e.kind == kind and e.artifact == artifact and measured_alike(e, like)),
-                None)
+def latest(entries: list[LedgerEntry], like: LedgerEntry, kind: str,
+           where: Callable[[LedgerEntry], bool]) -> LedgerEntry | None:
+    """The newest entry of this kind that `where` accepts and whose score compares with `like`'s."""
+    return next((e for e in reversed(entries) if e.kind == kind and where(e) and measured_alike(e, like)), None)
 
 
 def ancestry(artifact: str | None, parents: dict[str, str | None]) -> list[str]:
@@ -89,18 +90,17 @@ def score_of_parent(entry: LedgerEntry, so_far: list[LedgerEntry]) -> float | No
     model)."""
     if entry.kind != "compile" or not entry.parent:
         return None
-    parent = latest(so_far, "compile", entry.parent, entry)
+    parent = latest(so_far, entry, "compile", lambda e: e.artifact == entry.parent)
     return parent.score if parent else entry.score_before
 
 
 def score_of_uncompiled(entry: LedgerEntry, so_far: list[LedgerEntry], entries: list[LedgerEntry]) -> float | None:
     """An evaluation of the uncompiled program, whenever it ran, else the score the newest compile from the
     uncompiled program (one without a parent, in any lineage) started from."""
-    evaluated = latest(entries, "eval", None, entry)
+    evaluated = latest(entries, entry, "eval", lambda e: e.artifact is None)
     if evaluated:
         return evaluated.score
-    root = next((e for e in reversed(so_far) if e.kind == "compile" and e.parent is None and measured_alike(e, entry)),
-                None)
+    root = latest(so_far, entry, "compile", lambda e: e.parent is None)
     return root.score_before if root else None
 
 

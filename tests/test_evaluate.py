@@ -61,6 +61,10 @@ def test_baseline_beside_deep_with_deltas_report_and_ledger(trainset: Path, tmp_
     entries = read(tmp_path / "artifacts" / "ledger.jsonl")
     assert [(e.kind, e.artifact, e.questions) for e in entries] == [("eval", None, 2), ("eval", "baseline", 2)]
     assert entries[0].score == deep["score"]
+    # asked again, every row comes from the cache: the same report, no new measurement in the ledger
+    assert eval_cli(trainset, tmp_path / "out", "--pipeline", "deep", "--pipeline", "baseline").exit_code == 0
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["columns"]["deep@qwen2.5-coder-0.5b"] == deep
+    assert len(read(tmp_path / "artifacts" / "ledger.jsonl")) == 2
 
 
 def test_an_interrupted_eval_resumes_where_it_stopped(trainset: Path, tmp_path: Path, scripted: list[DummyLM],
