@@ -80,6 +80,12 @@ class ArtifactConfig(Section):
                          "if any), none (uncompiled), or an artifact name or folder")
 
 
+class MLflowConfig(Section):
+    tracking_uri: str | None = Field(None, description="compile and eval also log to this MLflow server or "
+                                     "database (e.g. sqlite:///mlflow.db); MLFLOW_TRACKING_URI sets it too")
+    experiment: str = "dspy-rag"
+
+
 class Config(Section):
     lm: LMConfig = LMConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
@@ -89,14 +95,15 @@ class Config(Section):
     budgets: BudgetConfig = BudgetConfig()
     web: WebConfig = WebConfig()
     artifacts: ArtifactConfig = ArtifactConfig()
+    mlflow: MLflowConfig = MLflowConfig()
 
     def masked(self) -> dict[str, Any]:
         """The configuration as plain data, secrets shown as '***' (or null when unset)."""
         return self.model_dump(mode="json")
 
 
-# Well-known variables that carry secrets without our prefix.
-ENV_ALIASES = {"TAVILY_API_KEY": "web.tavily_api_key"}
+# Well-known variables of other tools (secrets among them) that set ours.
+ENV_ALIASES = {"TAVILY_API_KEY": "web.tavily_api_key", "MLFLOW_TRACKING_URI": "mlflow.tracking_uri"}
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -33,6 +34,7 @@ from dspy_rag.evals.rows import summarize as summarize_answers
 from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, bootstrap_ci, paired_delta_ci
 from dspy_rag.files import write_atomic, write_json_atomic
 from dspy_rag.optimizers.ledger import LedgerEntry, append, ledger_path
+from dspy_rag.tracking import mlflow_run
 from dspy_rag.trainsets.registry import load_trainset
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
+LOGGED = ("score", "em", "f1", "evidence_recall", "citation_validity", "median_seconds", "median_lm_calls")
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,11 @@ def columns_of(pipelines: list[str], artifacts: list[str], models: list[str],
     made = [Column(p, a, m, policy) if p == "deep" else Column(p, "none", m)
             for m, p, a, policy in itertools.product(models, pipelines, artifacts, policies)]
     return list(dict.fromkeys(made))
+
+
+def mlflow_key(label: str) -> str:
+    """A column label as an MLflow metric name, which allows no '@' or '+'."""
+    return re.sub(r"[^\w./ -]", "_", label)
 
 
 def ledger_name(column: Column) -> str | None:
@@ -243,9 +251,16 @@ def eval_command(
     write_json_atomic(folder / "results.json", {"trainset": trainset.name, "title": title, "columns": results,
                                                 "rows": {c.label: [asdict(r) for r in rows[c]] for c in columns}})
     write_atomic(folder / "report.md", markdown(results, title).encode("utf-8"))
+    measured = [c for c in columns if c in fresh]
+    if measured:
+        with mlflow_run(config, f"eval {trainset.name}", lambda text: err.print(text, highlight=False)) as tracked:
+            tracked.params({"trainset": trainset.name, "trainset_hash": trainset.content_hash,
+                            "questions": len(eval_set.questions), "metric": describe(weights), "judge": judge})
+            tracked.metrics({f"{mlflow_key(c.label)}.{name}": results[c.label].get(name) for c in measured
+                             for name in LOGGED})
     # The ledger follows prompts across recompiles; a column that only swaps the stopping policy is no new program,
     # and one read whole from the cache is no new measurement.
-    for column in (c for c in columns if c.policy == "llm" and c in fresh):
+    for column in (c for c in measured if c.policy == "llm"):
         append(ledger_path(config), LedgerEntry(
             kind="eval", artifact=ledger_name(column), parent=None,
             model=column.model, trainset=trainset.name, trainset_hash=trainset.content_hash, split="dev",

@@ -29,6 +29,7 @@ from dspy_rag.optimizers.ledger import LedgerEntry, append
 from dspy_rag.optimizers.metric import ResearchMetric, example_of
 from dspy_rag.optimizers.teleprompters import OPTIMIZERS, Optimizer, settings_for
 from dspy_rag.pipelines.programs import build_program
+from dspy_rag.tracking import mlflow_run
 from dspy_rag.trainsets.registry import Trainset, load_trainset
 
 # Measured on the dev sets (eval): the deep program with the LM policy makes 8-10 calls a question.
@@ -202,38 +203,44 @@ def compile_program(request: CompileRequest, config: Config, console: Console,
         parent = artifacts.load(artifacts.locate(request.parent, config.artifacts.path), program)
         say(f"starting from {parent.name} (compiled for {parent.model} by {parent.optimizer})")
     starts = {id(m): len(m.history) for m in (lm, teacher) if m is not None}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:
-        tracker = Tracker(progress, say)
-        metric = ResearchMetric(request.weights, request.threshold, on_score=tracker)
-        context = json.dumps([config.masked(), trainset.content_hash, metric.name, code_digest()], default=str)
-        cache = ScoreCache(cache_root() / "compile-scores.jsonl", context)
-        tracker.start("before", f"dev before ({len(data.dev)})", len(data.dev))
-        before = evaluate(program, data.dev, metric, cache)
-        runs = optimizer.runs(len(data.train), len(data.val), settings)
-        tracker.start("optimize", f"optimize ({optimizer.name}, ≤{runs} runs)", None)
-        teleprompter = optimizer.build(metric, settings, teacher, lm)
-        extra = {"valset": data.val} if data.val else {}
-        compiled = teleprompter.compile(program, trainset=data.train, **extra, **optimizer.compile_args(settings))
-        tracker.start("after", f"dev after ({len(data.dev)})", len(data.dev))
-        after = evaluate(compiled, data.dev, metric, cache)
-    usage = [usage_since(m, starts[id(m)]) for m in (lm, teacher) if m is not None]
-    manifest = artifacts.Manifest(
-        name=name, program=type(program).__name__, predictors=artifacts.program_signature(compiled), model=model,
-        optimizer=optimizer.name, trainset=trainset.name, trainset_hash=trainset.content_hash, metric=metric.name,
-        weights=metric.weights, dev_questions=len(data.dev), dev_before=round(sum(before) / len(before), 4),
-        dev_after=round(sum(after) / len(after), 4), teacher=request.teacher,
-        optimizer_settings={**settings, "threshold": request.threshold, "train": len(data.train), "val": len(data.val)},
-        parent=request.parent and parent.name, lm_calls=sum(u["lm_calls"] for u in usage),
-        tokens=sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage),
-        seconds=round(time.perf_counter() - started, 1),
-        dev_scores={e.id: [round(b, 4), round(a, 4)] for e, b, a in zip(data.dev, before, after, strict=True)})
-    artifacts.save(folder, compiled, manifest, tracker.learned_from, replace=request.replace)
-    append(config.artifacts.path / "ledger.jsonl", LedgerEntry(
-        kind="compile", artifact=name, parent=manifest.parent, model=model, trainset=trainset.name,
-        trainset_hash=trainset.content_hash, split="dev", metric=metric.name, score=manifest.dev_after or 0.0,
-        score_before=manifest.dev_before, questions=len(data.dev), optimizer=optimizer.name,
-        lm_calls=manifest.lm_calls, tokens=manifest.tokens, seconds=manifest.seconds))
-    say(f"dev ({len(data.dev)} questions) {manifest.dev_before:.3f} → {manifest.dev_after:.3f}, gain "
-        f"{gain_text(before, after)}; {manifest.lm_calls} LM calls, {manifest.seconds:.0f} s; saved {folder}")
+    with mlflow_run(config, name, say) as tracked:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=False) as progress:
+            tracker = Tracker(progress, say)
+            metric = ResearchMetric(request.weights, request.threshold, on_score=tracker)
+            tracked.params({"optimizer": optimizer.name, **settings, "model": model, "teacher": request.teacher,
+                            "parent": request.parent, "trainset": trainset.name, "trainset_hash": trainset.content_hash,
+                            "metric": metric.name, "train": len(data.train), "dev": len(data.dev)})
+            context = json.dumps([config.masked(), trainset.content_hash, metric.name, code_digest()], default=str)
+            cache = ScoreCache(cache_root() / "compile-scores.jsonl", context)
+            tracker.start("before", f"dev before ({len(data.dev)})", len(data.dev))
+            before = evaluate(program, data.dev, metric, cache)
+            runs = optimizer.runs(len(data.train), len(data.val), settings)
+            tracker.start("optimize", f"optimize ({optimizer.name}, ≤{runs} runs)", None)
+            teleprompter = optimizer.build(metric, settings, teacher, lm)
+            extra = {"valset": data.val} if data.val else {}
+            compiled = teleprompter.compile(program, trainset=data.train, **extra, **optimizer.compile_args(settings))
+            tracker.start("after", f"dev after ({len(data.dev)})", len(data.dev))
+            after = evaluate(compiled, data.dev, metric, cache)
+        usage = [usage_since(m, starts[id(m)]) for m in (lm, teacher) if m is not None]
+        manifest = artifacts.Manifest(
+            name=name, program=type(program).__name__, predictors=artifacts.program_signature(compiled), model=model,
+            optimizer=optimizer.name, trainset=trainset.name, trainset_hash=trainset.content_hash, metric=metric.name,
+            weights=metric.weights, dev_questions=len(data.dev), dev_before=round(sum(before) / len(before), 4),
+            dev_after=round(sum(after) / len(after), 4), teacher=request.teacher,
+            optimizer_settings={**settings, "threshold": request.threshold, "train": len(data.train), "val": len(data.val)},
+            parent=request.parent and parent.name, lm_calls=sum(u["lm_calls"] for u in usage),
+            tokens=sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage),
+            seconds=round(time.perf_counter() - started, 1),
+            dev_scores={e.id: [round(b, 4), round(a, 4)] for e, b, a in zip(data.dev, before, after, strict=True)})
+        artifacts.save(folder, compiled, manifest, tracker.learned_from, replace=request.replace)
+        append(config.artifacts.path / "ledger.jsonl", LedgerEntry(
+            kind="compile", artifact=name, parent=manifest.parent, model=model, trainset=trainset.name,
+            trainset_hash=trainset.content_hash, split="dev", metric=metric.name, score=manifest.dev_after or 0.0,
+            score_before=manifest.dev_before, questions=len(data.dev), optimizer=optimizer.name,
+            lm_calls=manifest.lm_calls, tokens=manifest.tokens, seconds=manifest.seconds))
+        tracked.metrics({"dev_before": manifest.dev_before, "dev_after": manifest.dev_after,
+                         "lm_calls": manifest.lm_calls, "tokens": manifest.tokens, "seconds": manifest.seconds})
+        say(f"dev ({len(data.dev)} questions) {manifest.dev_before:.3f} → {manifest.dev_after:.3f}, gain "
+            f"{gain_text(before, after)}; {manifest.lm_calls} LM calls, {manifest.seconds:.0f} s; saved {folder}")
     return manifest

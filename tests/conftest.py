@@ -82,9 +82,9 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: st
 
 @pytest.fixture(autouse=True)
 def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No test reads the developer's dspy-rag.yaml or DSPY_RAG_* variables."""
+    """No test reads the developer's dspy-rag.yaml or DSPY_RAG_* variables, or logs to their MLflow."""
     for name in list(os.environ):
-        if name.startswith("DSPY_RAG_") and name != "DSPY_RAG_CACHE":
+        if name.startswith("DSPY_RAG_") and name != "DSPY_RAG_CACHE" or name == "MLFLOW_TRACKING_URI":
             monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)
 

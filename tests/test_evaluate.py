@@ -118,3 +118,17 @@ def test_a_question_the_program_cannot_answer_scores_zero_and_the_eval_goes_on(
     assert [(r["id"], r["failed"], r["f1"]) for r in rows] == [
         ("q5", None, 0.5), ("q6", "the answer's output did not parse in 2 attempts", 0.0)]
     assert report["columns"]["baseline@qwen2.5-coder-0.5b"]["failed"] == 1
+
+
+def test_an_eval_logs_each_measured_column_to_mlflow(trainset: Path, tmp_path: Path, scripted: list[DummyLM],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    mlflow = pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")  # the variable MLflow users set
+    assert eval_cli(trainset, tmp_path / "out", "--pipeline", "deep", "--pipeline", "baseline").exit_code == 0
+    assert eval_cli(trainset, tmp_path / "out", "--pipeline", "deep", "--pipeline", "baseline").exit_code == 0
+    report = json.loads((tmp_path / "out" / "results.json").read_text())
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    [run] = mlflow.search_runs(experiment_names=["dspy-rag"], output_format="list")  # the cached rerun logs nothing
+    assert run.info.run_name == f"eval {report['trainset']}"
+    assert run.data.metrics["deep_qwen2.5-coder-0.5b.f1"] == report["columns"]["deep@qwen2.5-coder-0.5b"]["f1"]
+    assert run.data.metrics["baseline_qwen2.5-coder-0.5b.score"] == report["columns"]["baseline@qwen2.5-coder-0.5b"]["score"]
