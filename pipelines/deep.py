@@ -16,6 +16,7 @@ from dspy_rag.config import BudgetConfig
 from dspy_rag.optimizers.policy_features import live_point
 from dspy_rag.pipelines.learned_policy import LearnedPolicy
 from dspy_rag.pipelines.lm_calls import BudgetExhausted, LMCalls
+from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.trajectory import Scored, StepRecord, Trajectory
 from dspy_rag.reranker import Reranker
 from dspy_rag.retrieval import Passage, Retriever, interleave
@@ -29,7 +30,6 @@ from dspy_rag.signatures import (
     Step,
     SynthesizeAnswer,
 )
-from dspy_rag.signatures.planner import answer_in
 from dspy_rag.web import WebSearch, WebSearchError
 
 PolicyMode = Literal["llm", "plan", "learned"]

@@ -9,51 +9,6 @@ from pydantic import BaseModel, Field
 Tool = Literal["search_docs", "search_web"]
 # How a plan step names what an earlier step found: "the answer of step 1" (as gold plans write it) or "#1".
 EARLIER_ANSWER = re.compile(r"\bthe answer (?:of|to|from) step (\d+)|#(\d+)", re.IGNORECASE)
-# A finding's words: figures (with their $, %, decimals and scale) and words; capitalised runs of words are names.
-WORD = re.compile(r"\$?\d(?:[\d,.]*\d)?%?(?: (?:thousand|million|billion|trillion)\b)?|[^\W\d_][\w'’-]*|[,;:()&]")
-JOINERS = frozenset({"&", "of", "the", "and", "de", "del", "la", "le", "von", "van", "da", "di", "du"})
-ASKS_FOR_FIGURE = re.compile(r"\b(?:how (?:many|much)|when|what (?:year|percentage|share|amount|number)|revenue|"
-                             r"income|sales|margin|price|cost|rate|growth)\b", re.IGNORECASE)
-ASKS_FOR_NAME = re.compile(r"\b(?:which|who|whom|whose)\b", re.IGNORECASE)
-
-
-def _plain(word: str) -> str:
-    return re.sub(r"['’]s$", "", word.lower())
-
-
-def _is_figure(name: str) -> bool:
-    return name[0].isdigit() or name[0] == "$"
-
-
-def names_in(sentence: str) -> list[str]:
-    """The names and figures a sentence states, in order: runs of capitalised words (joined by "of", "de"
-    and the like) and numbers."""
-    runs: list[list[str]] = [[]]
-    for word in WORD.findall(sentence):
-        if word[0].isupper() or _is_figure(word):
-            runs[-1].append(word)
-        elif word.lower() in JOINERS and runs[-1]:
-            runs[-1].append(word)
-        elif runs[-1]:
-            runs.append([])
-    names = []
-    for run in runs:
-        kept = [i for i, word in enumerate(run) if word.lower() not in JOINERS]
-        if kept:
-            names.append(" ".join(run[kept[0]: kept[-1] + 1]))
-    return names
-
-
-def answer_in(finding: str, sub_question: str) -> str | None:
-    """What a finding adds to its sub-question: its first name or figure with a word the question lacks
-    ("Zimbabwe" in "The Bubye River is found in Zimbabwe." for "Where is the Bubye River found?"), figures
-    first when the question asks for one."""
-    asked = {_plain(w) for w in WORD.findall(sub_question)}
-    new = [name for name in names_in(finding)
-           if any(_plain(w) not in asked and w.lower() not in JOINERS for w in WORD.findall(name))]
-    if ASKS_FOR_FIGURE.search(sub_question) and not ASKS_FOR_NAME.search(sub_question):
-        new.sort(key=lambda name: not _is_figure(name))  # stable: keeps the finding's order otherwise
-    return new[0] if new else None
 
 
 class Step(BaseModel):

@@ -12,10 +12,10 @@ from dspy.utils import DummyLM
 from dspy_rag.config import BudgetConfig
 from dspy_rag.index import Index
 from dspy_rag.pipelines.deep import DeepResearch
+from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
 from dspy_rag.retrieval import Passage, Retriever
 from dspy_rag.signatures import Step
-from dspy_rag.signatures.planner import answer_in
 from dspy_rag.trainsets.formats import sub_question
 from dspy_rag.web import WebSearchError
 
