@@ -16,6 +16,7 @@ from dspy_rag.config import BudgetConfig
 from dspy_rag.optimizers.policy_features import live_point
 from dspy_rag.pipelines.learned_policy import LearnedPolicy
 from dspy_rag.pipelines.lm_calls import BudgetExhausted, LMCalls
+from dspy_rag.pipelines.plan_rules import reason_to_go_on, routed_to_web
 from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.trajectory import Scored, StepRecord, Trajectory
 from dspy_rag.reranker import Reranker
@@ -120,6 +121,9 @@ class DeepResearch(dspy.Module):
                            sections=titles if len(titles) <= MAX_SECTIONS_SHOWN else [],
                            web_available=self.web is not None, findings=findings)
         steps = [s for s in planned.steps if s.sub_question.strip()] or one_step
+        if self.web is not None:
+            steps, routed = routed_to_web(question, steps)
+            record.notes += routed
         record.plans.append([s.model_dump() for s in steps])
         verb = "plan" if len(record.plans) == 1 else "revised plan"
         self.on_event("plan", f"{verb}: " + " | ".join(f"{s.sub_question} ({s.tool})" for s in steps))
@@ -188,9 +192,9 @@ class DeepResearch(dspy.Module):
         decision, reason = self.ask_policy(question, [s.sub_question for s in remaining], findings, calls)
         if decision == "CONTINUE" and not remaining:
             return "FINISH", f"{reason} (no steps left)"
-        if decision == "FINISH" and any(step.builds_on_earlier() for step in remaining):
-            # Measured: both local models finish a chain after its first hop, "the findings answer every part".
-            return "CONTINUE", f"{reason} (overruled: a remaining step builds on an earlier answer)"
+        searched_web = any(step.tool == "search_web" for step in record.steps)
+        if decision == "FINISH" and (why := reason_to_go_on(remaining, searched_web, self.web is not None)):
+            return "CONTINUE", f"{reason} (overruled: {why})"
         return decision, reason
 
     def ask_policy(self, question: str, remaining: list[str], findings: list[str], calls: LMCalls) -> tuple[str, str]:

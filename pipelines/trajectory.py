@@ -77,6 +77,7 @@ class Trajectory:
     attributed: list[str] = field(default_factory=list)  # uncited sentences the citation check found a source for
     citation_validity: float | None = None
     stopped_early: str | None = None
+    notes: list[str] = field(default_factory=list)  # where a rule overrode the planner
     seconds: float = 0.0
 
     @property

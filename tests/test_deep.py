@@ -12,6 +12,7 @@ from dspy.utils import DummyLM
 from dspy_rag.config import BudgetConfig
 from dspy_rag.index import Index
 from dspy_rag.pipelines.deep import DeepResearch
+from dspy_rag.pipelines.plan_rules import routed_to_web
 from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
 from dspy_rag.retrieval import Passage, Retriever
@@ -46,13 +47,14 @@ def synthesize(answer: str = "Data Center revenue was $15.01 billion [1].") -> d
     return {"answer": answer, "short_answer": "$15.01 billion"}
 
 
-def run(index: Index, replies: list[dict[str, Any]], **options: Any) -> tuple[dspy.Prediction, DummyLM]:
+def run(index: Index, replies: list[dict[str, Any]], question: str = QUESTION,
+        **options: Any) -> tuple[dspy.Prediction, DummyLM]:
     lm = DummyLM(replies, adapter=dspy.JSONAdapter())
     events: list[tuple[str, str]] = []
     program = DeepResearch(Retriever(index, top_k=10), on_event=lambda kind, text: events.append((kind, text)),
                            **options)
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
-        prediction = program(question=QUESTION)
+        prediction = program(question=question)
     prediction.events = events
     return prediction, lm
 
@@ -217,6 +219,44 @@ def test_web_error_is_recorded_and_the_step_searches_the_documents(tenk_index: I
 def test_web_step_without_web_searches_the_documents(tenk_index: Index) -> None:
     prediction, _ = run(tenk_index, [plan("AMD news?", tool="search_web"), *step(), decide("FINISH"), synthesize()])
     assert prediction.trajectory.steps[0].notes == ["web search is off; searched the documents instead"]
+
+
+class StaticWeb:
+    name = "static"
+
+    def search(self, query: str, k: int) -> list[Passage]:
+        return [Passage("web-1", "AMD launched the Instinct MI300X accelerator.", "https://amd.example/post",
+                        "AMD blog", 1.0)]
+
+
+NEWER = "What competition risks does NVIDIA list? Then find newer information about AMD's accelerators."
+
+
+def test_a_question_asking_for_newer_facts_sends_that_step_to_the_web(tenk_index: Index) -> None:
+    replies = [plan("What competition risks does NVIDIA list?", "Find newer information about AMD's accelerators."),
+               *step(), decide("FINISH"), *step(strategy=None), decide("FINISH"), synthesize()]
+    prediction, _ = run(tenk_index, replies, question=NEWER, web=StaticWeb())
+    trajectory = prediction.trajectory
+    assert [s.tool for s in trajectory.steps] == ["search_docs", "search_web"]
+    assert trajectory.notes == ["routed to the web (the question asks for newer facts): "
+                                "Find newer information about AMD's accelerators."]
+    assert trajectory.steps[0].decision_reason == (
+        "scripted (overruled: a remaining step searches the web, which no step has yet)")
+    assert trajectory.steps[1].reranked[0].id == "web-1"
+
+
+def test_without_a_web_the_plan_keeps_its_tools_and_the_policy_its_finish(tenk_index: Index) -> None:
+    replies = [plan("What competition risks does NVIDIA list?", "Find newer information about AMD's accelerators."),
+               *step(), decide("FINISH"), synthesize()]
+    prediction, _ = run(tenk_index, replies, question=NEWER)
+    assert [s.decision for s in prediction.trajectory.steps] == ["FINISH"] and prediction.trajectory.notes == []
+
+
+@pytest.mark.parametrize("question", ["When does the latest-expiring of NVIDIA's issued patents run out?",
+                                      "What were NVIDIA's current liabilities at the end of fiscal 2023?"])
+def test_questions_about_the_documents_own_latest_or_current_figures_stay_in_the_documents(question: str) -> None:
+    steps = [Step(sub_question=question, tool="search_docs")]
+    assert routed_to_web(question, steps) == (steps, [])
 
 
 @pytest.mark.parametrize(("answer", "reason"), [

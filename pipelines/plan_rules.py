@@ -1,0 +1,37 @@
+"""Rules that stand over the planner and the policy LM, each from a failure measured in the local models'
+trajectories: a plan that keeps to the documents when the question asks for what is newer than them, and a
+FINISH before a step that no finding so far can stand in for."""
+
+import re
+
+from dspy_rag.signatures import Step
+
+# "Then find newer information about AMD's strategy": facts later than the user's documents, so from the web.
+# Narrow on purpose: "the latest-expiring patent" or "current liabilities" are questions about the documents.
+NEWER_THAN_DOCUMENTS = re.compile(
+    r"\b(?:newer|newest|more recent|most recent|up[- ]to[- ]date|(?:latest|recent) (?:news|information|"
+    r"developments?|announcements?|reports?))\b", re.IGNORECASE)
+
+
+def routed_to_web(question: str, steps: list[Step]) -> tuple[list[Step], list[str]]:
+    """When the question asks for newer facts than the documents hold and no step searches the web, the steps
+    asking for them do; returns the steps and what was changed, for the trajectory."""
+    if not NEWER_THAN_DOCUMENTS.search(question) or any(step.tool == "search_web" for step in steps):
+        return steps, []
+    routed = [step.model_copy(update={"tool": "search_web"}) if NEWER_THAN_DOCUMENTS.search(step.sub_question)
+              else step for step in steps]
+    changed = [f"routed to the web (the question asks for newer facts): {new.sub_question}"
+               for old, new in zip(steps, routed, strict=True) if old.tool != new.tool]
+    return routed, changed
+
+
+def reason_to_go_on(remaining: list[Step], searched_web: bool, web_available: bool) -> str | None:
+    """Why a FINISH must wait, if it must: a remaining step asks about an earlier step's answer, or is the
+    plan's first web search."""
+    if any(step.builds_on_earlier() for step in remaining):
+        # Measured: both local models finish a chain after its first hop, "the findings answer every part".
+        return "a remaining step builds on an earlier answer"
+    if web_available and not searched_web and any(step.tool == "search_web" for step in remaining):
+        # Findings from the documents cannot hold what the plan sends to the web (the reference question).
+        return "a remaining step searches the web, which no step has yet"
+    return None
