@@ -88,18 +88,18 @@ class DeepResearch(dspy.Module):
         findings: list[str] = []
         evidence: list[Passage] = []
         try:
-            steps = self._plan(question, findings, calls, record)
-            plan_start = 0  # a plan's "the answer of step N" counts from the first step done under it
+            steps, answers = self._plan(question, findings, calls, record)
             while steps:
                 if len(record.steps) >= self.budgets.max_steps:
                     raise BudgetExhausted(f"step budget ({self.budgets.max_steps}) reached, "
                                           f"{len(steps)} planned step(s) not done")
                 planned = steps.pop(0)
-                resolved = planned.resolved([answer_in(s.finding, s.sub_question) for s in record.steps[plan_start:]])
+                resolved = planned.resolved(answers)
                 step_record, used = self._research(resolved, len(record.steps), findings, calls)
                 if resolved != planned:
                     step_record.notes.append(f"planned as: {planned.sub_question}")
                 record.steps.append(step_record)
+                answers.append(answer_in(step_record.finding, step_record.sub_question))
                 findings.append(step_record.finding)
                 evidence += [p for p in used if p.id not in {e.id for e in evidence}]
                 decided = self._decide(question, steps, findings, calls, record)
@@ -108,13 +108,17 @@ class DeepResearch(dspy.Module):
                 if step_record.decision == "FINISH":
                     break
                 if step_record.decision == "REVISE":
-                    steps, plan_start = self._plan(question, findings, calls, record), len(record.steps)
+                    steps, answers = self._plan(question, findings, calls, record)
         except BudgetExhausted as exc:
             record.stopped_early = str(exc)
             self.on_event("stop", f"stopped early: {exc}")
         return self.answer(question, findings, evidence[:MAX_EVIDENCE], calls, record)
 
-    def _plan(self, question: str, findings: list[str], calls: LMCalls, record: Trajectory) -> list[Step]:
+    def _plan(self, question: str, findings: list[str], calls: LMCalls, record: Trajectory
+              ) -> tuple[list[Step], list[str | None]]:
+        """The steps to research, and the answers of the plan's steps already done: what its "the answer of
+        step N" stands for. A revised plan that starts with steps already done keeps their findings; the local
+        models re-planned the same first step after every REVISE and researched it again."""
         titles = self.retriever.index.section_titles
         one_step = [Step(sub_question=question, tool="search_docs", justification="fallback: the question as is")]
         planned = calls("plan", self.plan, lambda: dspy.Prediction(steps=one_step), question=question,
@@ -127,7 +131,14 @@ class DeepResearch(dspy.Module):
         record.plans.append([s.model_dump() for s in steps])
         verb = "plan" if len(record.plans) == 1 else "revised plan"
         self.on_event("plan", f"{verb}: " + " | ".join(f"{s.sub_question} ({s.tool})" for s in steps))
-        return steps
+        done = {s.sub_question.strip().lower(): s for s in record.steps}
+        answers: list[str | None] = []
+        while len(steps) > 1 and (repeated := done.get(steps[0].sub_question.strip().lower())):
+            steps.pop(0)
+            answers.append(answer_in(repeated.finding, repeated.sub_question))
+            record.notes.append(f"not researched again, found in step {repeated.index + 1}: {repeated.sub_question}")
+            self.on_event("plan", record.notes[-1])
+        return steps, answers
 
     def _recall(self, step: Step, query: str, calls: LMCalls, record: StepRecord) -> list[Passage]:
         if step.tool == "search_web":

@@ -10,6 +10,7 @@ JOINERS = frozenset({"&", "of", "the", "and", "de", "del", "la", "le", "von", "v
 ASKS_FOR_FIGURE = re.compile(r"\b(?:how (?:many|much)|when|what (?:year|percentage|share|amount|number)|revenue|"
                              r"income|sales|margin|price|cost|rate|growth)\b", re.IGNORECASE)
 ASKS_FOR_NAME = re.compile(r"\b(?:which|who|whom|whose)\b", re.IGNORECASE)
+MONTH = re.compile(r"(?:January|February|March|April|May|June|July|August|September|October|November|December)\b")
 
 
 def _plain(word: str) -> str:
@@ -17,7 +18,8 @@ def _plain(word: str) -> str:
 
 
 def _is_figure(name: str) -> bool:
-    return name[0].isdigit() or name[0] == "$"
+    """Amounts, years and dates ("October 25"): what a question for a place or a person does not want."""
+    return any(c.isdigit() for c in name) or bool(MONTH.match(name))
 
 
 def names_in(sentence: str) -> list[str]:
@@ -41,11 +43,11 @@ def names_in(sentence: str) -> list[str]:
 
 def answer_in(finding: str, sub_question: str) -> str | None:
     """What a finding adds to its sub-question: its first name or figure with a word the question lacks
-    ("Zimbabwe" in "The Bubye River is found in Zimbabwe." for "Where is the Bubye River found?"), figures
-    first when the question asks for one."""
+    ("Zimbabwe" in "The Bubye River is found in Zimbabwe." for "Where is the Bubye River found?"); figures
+    first when the question asks for one, names first otherwise."""
     asked = {_plain(w) for w in WORD.findall(sub_question)}
     new = [name for name in names_in(finding)
            if any(_plain(w) not in asked and w.lower() not in JOINERS for w in WORD.findall(name))]
-    if ASKS_FOR_FIGURE.search(sub_question) and not ASKS_FOR_NAME.search(sub_question):
-        new.sort(key=lambda name: not _is_figure(name))  # stable: keeps the finding's order otherwise
+    wants_figure = bool(ASKS_FOR_FIGURE.search(sub_question)) and not ASKS_FOR_NAME.search(sub_question)
+    new.sort(key=lambda name: _is_figure(name) != wants_figure)  # stable: otherwise in the finding's order
     return new[0] if new else None

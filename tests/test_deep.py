@@ -119,12 +119,26 @@ def test_references_count_from_the_plan_they_were_written_in(tenk_index: Index) 
     assert prediction.trajectory.steps[2].sub_question == "Where does Jensen Huang work?"
 
 
+def test_a_revised_plan_does_not_research_its_first_step_again(tenk_index: Index) -> None:
+    chain = plan("Which segment earned the most?", "What was the operating income of the answer of step 1?")
+    replies = [chain, *step(finding="Compute & Networking earned the most."), decide("REVISE"), chain, *step(),
+               decide("FINISH"), synthesize()]
+    prediction, _ = run(tenk_index, replies)
+    trajectory = prediction.trajectory
+    assert [s.sub_question for s in trajectory.steps] == ["Which segment earned the most?",
+                                                          "What was the operating income of Compute & Networking?"]
+    assert trajectory.notes == ["not researched again, found in step 1: Which segment earned the most?"]
+    assert len(trajectory.plans) == 2
+
+
 @pytest.mark.parametrize(("finding", "sub_question", "answer"), [
     ("The Bubye River is found in Zimbabwe.", "What is the country where the Bubye River is found?", "Zimbabwe"),
     ("Jiménez is a part of Venezuela, in South America.", "What country is Jiménez a part of?", "Venezuela"),
     ("NVIDIA's Data Center revenue was $15.01 billion in fiscal 2023.", "What was Data Center revenue?",
      "$15.01 billion"),
     ("Oregon became a state in 1859.", "When did Oregon become a state?", "1859"),
+    ("The Battle of Mine Creek was fought on October 25, 1864, in Kansas.",
+     "What is the state the Battle of Mine Creek was fought?", "Kansas"),
     ("The share from Venezuela is not given in the notes.", "What share of edits came from Venezuela?", None),
 ])
 def test_the_answer_a_finding_adds_to_its_sub_question(finding: str, sub_question: str, answer: str | None) -> None:
