@@ -58,11 +58,16 @@ def main() -> None:
     args = parser.parse_args()
     header = {"trainset": TRAINSET, "model": args.model, "train": args.train, "dev": args.dev,
               "threads": os.environ.get("DSPY_RAG_LM_THREADS", "configured")}
-    rows: list[dict[str, Any]] = []
+    # Rows of other optimizers measured alike stay: `--optimizer gepa` re-measures one without losing the rest.
+    earlier = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
+    chosen = args.optimizer or list(SETTINGS)
+    rows = [row for row in earlier.get("rows", []) if row["optimizer"] not in chosen
+            and {k: earlier.get(k) for k in header} == header]
     with tempfile.TemporaryDirectory(prefix="dspy-rag-compile-costs-") as scratch:
-        for optimizer in args.optimizer or list(SETTINGS):
+        for optimizer in chosen:
             row = compile_once(optimizer, args.train, args.dev, Path(scratch), args.model)
-            rows.append(row)
+            rows = [r for r in rows if r["optimizer"] != optimizer] + [row]
+            rows.sort(key=lambda r: list(SETTINGS).index(r["optimizer"]))
             # Written after every optimizer: a later one failing or being stopped keeps the figures already paid for.
             write_json_atomic(args.out, {**header, "rows": rows})
             print(f"{optimizer}: {row['lm_calls']} LM calls, "
