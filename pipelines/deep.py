@@ -16,7 +16,7 @@ from dspy_rag.config import BudgetConfig
 from dspy_rag.optimizers.policy_features import live_point
 from dspy_rag.pipelines.learned_policy import LearnedPolicy
 from dspy_rag.pipelines.lm_calls import BudgetExhausted, LMCalls
-from dspy_rag.pipelines.plan_rules import reason_to_go_on, routed_to_web
+from dspy_rag.pipelines.plan_rules import reason_to_go_on, routed_to_web, without_steps_done
 from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.trajectory import Scored, StepRecord, Trajectory
 from dspy_rag.reranker import Reranker
@@ -117,8 +117,7 @@ class DeepResearch(dspy.Module):
     def _plan(self, question: str, findings: list[str], calls: LMCalls, record: Trajectory
               ) -> tuple[list[Step], list[str | None]]:
         """The steps to research, and the answers of the plan's steps already done: what its "the answer of
-        step N" stands for. A revised plan that starts with steps already done keeps their findings; the local
-        models re-planned the same first step after every REVISE and researched it again."""
+        step N" stands for."""
         titles = self.retriever.index.section_titles
         one_step = [Step(sub_question=question, tool="search_docs", justification="fallback: the question as is")]
         planned = calls("plan", self.plan, lambda: dspy.Prediction(steps=one_step), question=question,
@@ -131,13 +130,10 @@ class DeepResearch(dspy.Module):
         record.plans.append([s.model_dump() for s in steps])
         verb = "plan" if len(record.plans) == 1 else "revised plan"
         self.on_event("plan", f"{verb}: " + " | ".join(f"{s.sub_question} ({s.tool})" for s in steps))
-        done = {s.sub_question.strip().lower(): s for s in record.steps}
-        answers: list[str | None] = []
-        while len(steps) > 1 and (repeated := done.get(steps[0].sub_question.strip().lower())):
-            steps.pop(0)
-            answers.append(answer_in(repeated.finding, repeated.sub_question))
-            record.notes.append(f"not researched again, found in step {repeated.index + 1}: {repeated.sub_question}")
-            self.on_event("plan", record.notes[-1])
+        steps, answers, skipped = without_steps_done(steps, record.steps)
+        for note in skipped:
+            record.notes.append(note)
+            self.on_event("plan", note)
         return steps, answers
 
     def _recall(self, step: Step, query: str, calls: LMCalls, record: StepRecord) -> list[Passage]:

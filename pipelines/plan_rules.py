@@ -1,9 +1,12 @@
 """Rules that stand over the planner and the policy LM, each from a failure measured in the local models'
-trajectories: a plan that keeps to the documents when the question asks for what is newer than them, and a
-FINISH before a step that no finding so far can stand in for."""
+trajectories: a plan that keeps to the documents when the question asks for what is newer than them, a
+revised plan that researches its first step again, and a FINISH before a step that no finding so far can
+stand in for."""
 
 import re
 
+from dspy_rag.pipelines.step_answer import answer_in
+from dspy_rag.pipelines.trajectory import StepRecord
 from dspy_rag.signatures import Step
 
 # "Then find newer information about AMD's strategy": facts later than the user's documents, so from the web.
@@ -23,6 +26,20 @@ def routed_to_web(question: str, steps: list[Step]) -> tuple[list[Step], list[st
     changed = [f"routed to the web (the question asks for newer facts): {new.sub_question}"
                for old, new in zip(steps, routed, strict=True) if old.tool != new.tool]
     return routed, changed
+
+
+def without_steps_done(steps: list[Step], done: list[StepRecord]) -> tuple[list[Step], list[str | None], list[str]]:
+    """A revised plan without the leading steps already researched in the same words (after a REVISE the local
+    models re-planned the same first step), with their answers kept for the plan's "the answer of step N" and a
+    note for each. Its last step always stays: a plan that is all repeats asks to search again."""
+    by_wording = {record.sub_question.strip().lower(): record for record in done}
+    answers: list[str | None] = []
+    notes: list[str] = []
+    while len(steps) > 1 and (repeated := by_wording.get(steps[0].sub_question.strip().lower())):
+        steps = steps[1:]
+        answers.append(answer_in(repeated.finding, repeated.sub_question))
+        notes.append(f"not researched again, found in step {repeated.index + 1}: {repeated.sub_question}")
+    return steps, answers, notes
 
 
 def reason_to_go_on(remaining: list[Step], searched_web: bool, web_available: bool) -> str | None:
