@@ -216,3 +216,25 @@ def test_the_gain_is_called_a_gain_only_outside_noise() -> None:
     assert "too few dev questions" in compiling.gain_text([0.2, 0.3], [0.9, 1.0])
     assert compiling.gain_text([0.2] * 10, [0.9] * 10).endswith("a gain)")
     assert compiling.gain_text([0.0, 1.0] * 5, [1.0, 0.0] * 5).endswith("inside noise)")
+
+
+# What MIPROv2's proposer and GEPA's reflection model write, keyed like REPLIES by an output field of their prompts.
+PROPOSER_REPLIES = {
+    "`proposed_instruction`": {"proposed_instruction": "Answer with the exact figure the 10-K states."},
+    "`observations`": {"observations": "Questions about NVIDIA's fiscal 2023 figures."},
+    "`summary`": {"summary": "Questions about NVIDIA's fiscal 2023 figures."},
+}
+
+
+@pytest.mark.parametrize(("optimizer", "options"), [
+    ("mipro", {"candidates": 2, "trials": 2, "minibatch": 1}),
+    ("gepa", {"max_metric_calls": 6, "minibatch": 1}),
+])
+def test_the_searching_optimizers_compile_end_to_end(trainset: Path, settings: Config, optimizer: str,
+                                                     options: dict[str, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiling, "build_lm", lambda _config: DummyLM({**PROPOSER_REPLIES, **REPLIES},
+                                                                       adapter=dspy.JSONAdapter()))
+    manifest = run(trainset, settings, optimizer, settings=options)
+    assert manifest.optimizer == optimizer and manifest.optimizer_settings["train"] > 0
+    assert manifest.dev_before is not None and manifest.dev_after is not None
+    assert artifacts.load(settings.artifacts.path / f"tiny-{optimizer}", compiled_program(settings)).name == manifest.name
