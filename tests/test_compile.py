@@ -227,6 +227,7 @@ PROPOSER_REPLIES = {
 
 
 @pytest.mark.parametrize(("optimizer", "options"), [
+    ("random-search", {"candidates": 1}),
     ("mipro", {"candidates": 2, "trials": 2, "minibatch": 1}),
     ("gepa", {"max_metric_calls": 6, "minibatch": 1}),
 ])
