@@ -16,7 +16,7 @@ from dspy_rag.config import BudgetConfig
 from dspy_rag.optimizers.policy_features import live_point
 from dspy_rag.pipelines.learned_policy import LearnedPolicy
 from dspy_rag.pipelines.lm_calls import BudgetExhausted, LMCalls
-from dspy_rag.pipelines.plan_rules import reason_to_go_on, routed_to_web, without_steps_done
+from dspy_rag.pipelines.plan_rules import query_for, reason_to_go_on, routed_to_web, without_steps_done
 from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.trajectory import Scored, StepRecord, Trajectory
 from dspy_rag.reranker import Reranker
@@ -163,7 +163,8 @@ class DeepResearch(dspy.Module):
         self.on_event("step", f"step {index + 1}: {step.sub_question}")
         rewritten = calls("rewrite", self.rewrite, lambda: dspy.Prediction(query=step.sub_question), step=index,
                              sub_question=step.sub_question, keywords=step.keywords, findings=findings)
-        record.query = rewritten.query.strip() or step.sub_question
+        record.query, note = query_for(rewritten.query, step.sub_question, findings)
+        record.notes += [note] if note else []
         self.on_event("query", record.query)
         candidates = self._recall(step, record.query, calls, record)
         top = (self.reranker.rerank(record.query, candidates, self.top_n) if self.reranker and candidates

@@ -1,7 +1,7 @@
-"""Rules that stand over the planner and the policy LM, each from a failure measured in the local models'
-trajectories: a plan that keeps to the documents when the question asks for what is newer than them, a
-revised plan that researches its first step again, and a FINISH before a step that no finding so far can
-stand in for."""
+"""Rules that stand over the planner, the query rewriter and the policy LM, each from a failure measured in
+the local models' trajectories: a plan that keeps to the documents when the question asks for what is newer
+than them, a revised plan that researches its first step again, a query that copies an earlier finding, and a
+FINISH before a step that no finding so far can stand in for."""
 
 import re
 
@@ -40,6 +40,17 @@ def without_steps_done(steps: list[Step], done: list[StepRecord]) -> tuple[list[
         answers.append(answer_in(repeated.finding, repeated.sub_question))
         notes.append(f"not researched again, found in step {repeated.index + 1}: {repeated.sub_question}")
     return steps, answers, notes
+
+
+def query_for(rewritten: str, sub_question: str, findings: list[str]) -> tuple[str, str | None]:
+    """The rewritten query, or the sub-question when the rewriter copied an earlier finding into it (it then
+    searches for what was already found), with a note saying so."""
+    query = " ".join(rewritten.split())
+    copied = any(len(plain) > 20 and plain in query.lower()
+                 for plain in (" ".join(f.split()).rstrip(".").lower() for f in findings))
+    if copied:
+        return sub_question, "the rewritten query copied an earlier finding; searched the sub-question"
+    return query or sub_question, None
 
 
 def reason_to_go_on(remaining: list[Step], searched_web: bool, web_available: bool) -> str | None:

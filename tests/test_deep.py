@@ -131,6 +131,15 @@ def test_a_revised_plan_does_not_research_its_first_step_again(tenk_index: Index
     assert len(trajectory.plans) == 2
 
 
+def test_a_query_that_copies_an_earlier_finding_searches_the_sub_question_instead(tenk_index: Index) -> None:
+    found = "Data Center revenue was $15.01 billion."
+    replies = [plan("Data Center revenue?", "What competition risks does NVIDIA list?"), *step(finding=found),
+               decide("CONTINUE"), *step(query=f"{found} competition risks"), decide("FINISH"), synthesize()]
+    second = run(tenk_index, replies)[0].trajectory.steps[1]
+    assert second.query == "What competition risks does NVIDIA list?"
+    assert second.notes == ["the rewritten query copied an earlier finding; searched the sub-question"]
+
+
 @pytest.mark.parametrize(("finding", "sub_question", "answer"), [
     ("The Bubye River is found in Zimbabwe.", "What is the country where the Bubye River is found?", "Zimbabwe"),
     ("Jiménez is a part of Venezuela, in South America.", "What country is Jiménez a part of?", "Venezuela"),
