@@ -123,6 +123,11 @@ def _cited(sentence: str) -> list[int]:
     return [int(x) for group in _MARKER.findall(sentence) for x in re.split(r"\s*[,;]\s*", group)]
 
 
+def cited_numbers(answer: str) -> set[int]:
+    """Every passage number the answer's [n] markers cite."""
+    return {int(n) for group in _MARKER.findall(answer) for n in re.split(r"\s*[,;]\s*", group)}
+
+
 def attribute(answer: str, passages: Sequence[Passage]) -> tuple[str, list[str]]:
     """Give each sentence written without a marker the first passage that states it, if one does.
 

@@ -257,12 +257,17 @@ NEWER = "What competition risks does NVIDIA list? Then find newer information ab
 
 def test_a_question_asking_for_newer_facts_sends_that_step_to_the_web(tenk_index: Index) -> None:
     replies = [plan("What competition risks does NVIDIA list?", "Find newer information about AMD's accelerators."),
-               *step(), decide("FINISH"), *step(strategy=None), decide("FINISH"), synthesize()]
+               *step(), decide("FINISH"), *step(strategy=None, finding="AMD launched the Instinct MI300X."),
+               decide("FINISH"), synthesize()]
     prediction, _ = run(tenk_index, replies, question=NEWER, web=StaticWeb())
     trajectory = prediction.trajectory
+    # the scripted answer cites the first step's passage only: the web step's finding is added, cited
+    assert "AMD launched the Instinct MI300X [AMD blog]." in prediction.answer
+    assert "web-1" in [c.chunk_id for c in prediction.citations]
+    assert trajectory.notes[-1] == "the answer left out the finding of step 2; added with its citation"
     assert [s.tool for s in trajectory.steps] == ["search_docs", "search_web"]
-    assert trajectory.notes == ["routed to the web (the question asks for newer facts): "
-                                "Find newer information about AMD's accelerators."]
+    assert trajectory.notes[0] == ("routed to the web (the question asks for newer facts): "
+                                   "Find newer information about AMD's accelerators.")
     assert trajectory.steps[0].decision_reason == (
         "scripted (overruled: a remaining step searches the web, which no step has yet)")
     assert trajectory.steps[1].reranked[0].id == "web-1"
