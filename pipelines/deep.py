@@ -104,7 +104,7 @@ class DeepResearch(dspy.Module):
                 resolved = planned.resolved(answers)
                 step_record, used = self._research(resolved, len(record.steps), findings, calls)
                 if resolved != planned:
-                    step_record.notes.append(f"planned as: {planned.sub_question}")
+                    self._note(step_record.notes, f"planned as: {planned.sub_question}")
                 record.steps.append(step_record)
                 answers.append(answer_in(step_record.finding, step_record.sub_question))
                 findings.append(step_record.finding)
@@ -133,15 +133,20 @@ class DeepResearch(dspy.Module):
         steps = [s for s in planned.steps if s.sub_question.strip()] or one_step
         if self.web is not None:
             steps, routed = routed_to_web(question, steps)
-            record.notes += routed
+            for note in routed:
+                self._note(record.notes, note)
         record.plans.append([s.model_dump() for s in steps])
         verb = "plan" if len(record.plans) == 1 else "revised plan"
         self.on_event("plan", f"{verb}: " + " | ".join(f"{s.sub_question} ({s.tool})" for s in steps))
         steps, answers, skipped = without_steps_done(steps, record.steps)
         for note in skipped:
-            record.notes.append(note)
-            self.on_event("plan", note)
+            self._note(record.notes, note)
         return steps, answers
+
+    def _note(self, notes: list[str], text: str) -> None:
+        """Record where a rule overrode a module, and show it as it happens."""
+        notes.append(text)
+        self.on_event("rule", text)
 
     def _recall(self, step: Step, query: str, calls: LMCalls, record: StepRecord) -> list[Passage]:
         if step.tool == "search_web":
@@ -171,7 +176,8 @@ class DeepResearch(dspy.Module):
         rewritten = calls("rewrite", self.rewrite, lambda: dspy.Prediction(query=step.sub_question), step=index,
                              sub_question=step.sub_question, keywords=step.keywords, findings=findings)
         record.query, note = query_for(rewritten.query, step.sub_question, findings)
-        record.notes += [note] if note else []
+        if note:
+            self._note(record.notes, note)
         self.on_event("query", record.query)
         candidates = self._recall(step, record.query, calls, record)
         top = (self.reranker.rerank(record.query, candidates, self.top_n) if self.reranker and candidates
@@ -244,8 +250,8 @@ class DeepResearch(dspy.Module):
                         and not marked & {number[p] for p in record.steps[i].used_passages if p in number}]
             if left_out:
                 draft = " ".join([draft.strip(), *(cited_finding[i] for i in left_out)])
-                record.notes.append("the answer left out the finding of step " + ", ".join(str(i + 1) for i in left_out)
-                                    + "; added with its citation")
+                self._note(record.notes, "the answer left out the finding of step "
+                           + ", ".join(str(i + 1) for i in left_out) + "; added with its citation")
             answer, citations = resolve(draft, [], evidence)
             checks = check_citations(draft, evidence)
         record.answer, record.short_answer, record.citations = answer, short, [vars(c) for c in citations]

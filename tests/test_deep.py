@@ -265,6 +265,7 @@ def test_a_question_asking_for_newer_facts_sends_that_step_to_the_web(tenk_index
     assert "AMD launched the Instinct MI300X [AMD blog]." in prediction.answer
     assert "web-1" in [c.chunk_id for c in prediction.citations]
     assert trajectory.notes[-1] == "the answer left out the finding of step 2; added with its citation"
+    assert [text for kind, text in prediction.events if kind == "rule"] == trajectory.notes  # shown as they happen
     assert [s.tool for s in trajectory.steps] == ["search_docs", "search_web"]
     assert trajectory.notes[0] == ("routed to the web (the question asks for newer facts): "
                                    "Find newer information about AMD's accelerators.")
