@@ -42,12 +42,17 @@ def without_steps_done(steps: list[Step], done: list[StepRecord]) -> tuple[list[
     return steps, answers, notes
 
 
+COPIED_CHARS = 40  # a query holding a finding's first 40 characters, or opening with 40 of one, copied it
+
+
 def query_for(rewritten: str, sub_question: str, findings: list[str]) -> tuple[str, str | None]:
-    """The rewritten query, or the sub-question when the rewriter copied an earlier finding into it (it then
+    """The rewritten query, or the sub-question when the rewriter started it with an earlier finding (it then
     searches for what was already found), with a note saying so."""
     query = " ".join(rewritten.split())
-    copied = any(len(plain) > 20 and plain in query.lower()
-                 for plain in (" ".join(f.split()).rstrip(".").lower() for f in findings))
+    plain = query.lower()
+    heads = [" ".join(f.split()).lower()[:COPIED_CHARS].rstrip(". ") for f in findings]
+    copied = any(len(head) >= COPIED_CHARS // 2 and head in plain for head in heads) or (
+        len(plain) >= COPIED_CHARS and any(plain[:COPIED_CHARS] in " ".join(f.split()).lower() for f in findings))
     if copied:
         return sub_question, "the rewritten query copied an earlier finding; searched the sub-question"
     return query or sub_question, None

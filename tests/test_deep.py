@@ -12,7 +12,7 @@ from dspy.utils import DummyLM
 from dspy_rag.config import BudgetConfig
 from dspy_rag.index import Index
 from dspy_rag.pipelines.deep import DeepResearch
-from dspy_rag.pipelines.plan_rules import routed_to_web
+from dspy_rag.pipelines.plan_rules import query_for, routed_to_web
 from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
 from dspy_rag.retrieval import Passage, Retriever
@@ -138,6 +138,19 @@ def test_a_query_that_copies_an_earlier_finding_searches_the_sub_question_instea
     second = run(tenk_index, replies)[0].trajectory.steps[1]
     assert second.query == "What competition risks does NVIDIA list?"
     assert second.notes == ["the rewritten query copied an earlier finding; searched the sub-question"]
+
+
+@pytest.mark.parametrize(("query", "copied"), [
+    ("Based on NVIDIA's fiscal 2023 10-K, identify its key risks related to competition. The following ris", True),
+    ("Jiménez is a part of Venezuela, which is a country located in South America.", True),
+    ("percentage of Spanish Wikipedia edits from Venezuela", False),
+    ("Venezuela", False),
+])
+def test_a_query_opening_with_an_earlier_finding_is_a_copy(query: str, copied: bool) -> None:
+    findings = ["Jiménez is a part of Venezuela, which is a country located in South America.",
+                "Based on NVIDIA's fiscal 2023 10-K, identify its key risks related to competition. The following "
+                "risk factors should be considered in addition to the other information."]
+    assert (query_for(query, "the sub-question", findings)[0] == "the sub-question") is copied
 
 
 @pytest.mark.parametrize(("finding", "sub_question", "answer"), [
