@@ -214,7 +214,7 @@ class DeepResearch(dspy.Module):
         if decision == "CONTINUE" and not remaining:
             return "FINISH", f"{reason} (no steps left)"
         searched_web = any(step.tool == "search_web" for step in record.steps)
-        if decision == "FINISH" and (why := reason_to_go_on(remaining, searched_web, self.web is not None)):
+        if decision != "CONTINUE" and (why := reason_to_go_on(remaining, searched_web, self.web is not None)):
             return "CONTINUE", f"{reason} (overruled: {why})"
         return decision, reason
 

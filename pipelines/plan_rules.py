@@ -1,7 +1,7 @@
 """Rules that stand over the planner, the query rewriter and the policy LM, each from a failure measured in
 the local models' trajectories: a plan that keeps to the documents when the question asks for what is newer
 than them, a revised plan that researches its first step again, a query that copies an earlier finding, and a
-FINISH before a step that no finding so far can stand in for."""
+FINISH or REVISE before a step that no finding so far can stand in for."""
 
 import re
 
@@ -59,8 +59,9 @@ def query_for(rewritten: str, sub_question: str, findings: list[str]) -> tuple[s
 
 
 def reason_to_go_on(remaining: list[Step], searched_web: bool, web_available: bool) -> str | None:
-    """Why a FINISH must wait, if it must: a remaining step asks about an earlier step's answer, or is the
-    plan's first web search."""
+    """Why the plan must go on rather than finish or be revised, if it must: a remaining step asks about an
+    earlier step's answer, or is the plan's first web search. Both local models re-planned a chain after its
+    first hop, and the 1.5B re-planned the reference question twice before its web step, until its time ran out."""
     if any(step.builds_on_earlier() for step in remaining):
         # Measured: both local models finish a chain after its first hop, "the findings answer every part".
         return "a remaining step builds on an earlier answer"

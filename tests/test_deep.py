@@ -120,9 +120,10 @@ def test_references_count_from_the_plan_they_were_written_in(tenk_index: Index) 
 
 
 def test_a_revised_plan_does_not_research_its_first_step_again(tenk_index: Index) -> None:
-    chain = plan("Which segment earned the most?", "What was the operating income of the answer of step 1?")
-    replies = [chain, *step(finding="Compute & Networking earned the most."), decide("REVISE"), chain, *step(),
-               decide("FINISH"), synthesize()]
+    replies = [plan("Which segment earned the most?", "What was its operating income?"),
+               *step(finding="Compute & Networking earned the most."), decide("REVISE"),
+               plan("Which segment earned the most?", "What was the operating income of the answer of step 1?"),
+               *step(), decide("FINISH"), synthesize()]
     prediction, _ = run(tenk_index, replies)
     trajectory = prediction.trajectory
     assert [s.sub_question for s in trajectory.steps] == ["Which segment earned the most?",
@@ -284,6 +285,10 @@ def test_a_question_asking_for_newer_facts_sends_that_step_to_the_web(tenk_index
                                    "Find newer information about AMD's accelerators.")
     assert trajectory.steps[0].decision_reason == (
         "scripted (overruled: a remaining step searches the web, which no step has yet)")
+    # a REVISE before the first web search goes on with the plan too
+    revised = [replies[0], *step(), decide("REVISE"), *step(strategy=None), decide("FINISH"), synthesize()]
+    steps = run(tenk_index, revised, question=NEWER, web=StaticWeb())[0].trajectory.steps
+    assert [(s.tool, s.decision) for s in steps] == [("search_docs", "CONTINUE"), ("search_web", "FINISH")]
     assert trajectory.steps[1].reranked[0].id == "web-1"
 
 
