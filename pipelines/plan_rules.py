@@ -50,9 +50,10 @@ def query_for(rewritten: str, sub_question: str, findings: list[str]) -> tuple[s
     searches for what was already found), with a note saying so."""
     query = " ".join(rewritten.split())
     plain = query.lower()
-    heads = [" ".join(f.split()).lower()[:COPIED_CHARS].rstrip(". ") for f in findings]
+    found = [" ".join(f.split()).lower() for f in findings]
+    heads = [f[:COPIED_CHARS].rstrip(". ") for f in found]
     copied = any(len(head) >= COPIED_CHARS // 2 and head in plain for head in heads) or (
-        len(plain) >= COPIED_CHARS and any(plain[:COPIED_CHARS] in " ".join(f.split()).lower() for f in findings))
+        len(plain) >= COPIED_CHARS and any(plain[:COPIED_CHARS] in f for f in found))
     if copied:
         return sub_question, "the rewritten query copied an earlier finding; searched the sub-question"
     return query or sub_question, None
