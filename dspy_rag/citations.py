@@ -125,7 +125,7 @@ def _cited(sentence: str) -> list[int]:
 
 def cited_numbers(answer: str) -> set[int]:
     """Every passage number the answer's [n] markers cite."""
-    return {int(n) for group in _MARKER.findall(answer) for n in re.split(r"\s*[,;]\s*", group)}
+    return set(_cited(answer))
 
 
 def attribute(answer: str, passages: Sequence[Passage]) -> tuple[str, list[str]]:

@@ -18,9 +18,9 @@ Warn = Callable[[str], None]
 class MLflowRun:
     """One MLflow run, or nothing when MLflow is not configured or has failed."""
 
-    def __init__(self, warn: Warn, mlflow: Any = None) -> None:
+    def __init__(self, warn: Warn) -> None:
         self.warn = warn
-        self.mlflow = mlflow
+        self.mlflow: Any = None  # the mlflow module once a run has started
 
     def send(self, what: Callable[[Any], Any]) -> None:
         if self.mlflow is None:

@@ -246,8 +246,9 @@ class DeepResearch(dspy.Module):
             # step that found the MI300X. In a run of several steps, each step whose passages the answer never
             # cites adds its finding; a one-step answer is left to the citation check.
             marked = cited_numbers(draft)
-            left_out = [i for i in cited_finding if len(cited_finding) > 1
-                        and not marked & {number[p] for p in record.steps[i].used_passages if p in number}]
+            left_out = [i for i in cited_finding
+                        if not marked & {number[p] for p in record.steps[i].used_passages if p in number}
+                        ] if len(cited_finding) > 1 else []
             if left_out:
                 draft = " ".join([draft.strip(), *(cited_finding[i] for i in left_out)])
                 self._note(record.notes, "the answer left out the finding of step "
