@@ -1,13 +1,14 @@
 """Rules that stand over the planner, the query rewriter and the policy LM, each from a failure measured in
 the local models' trajectories: a plan that keeps to the documents when the question asks for what is newer
-than them, a revised plan that researches its first step again, a query that copies an earlier finding, and a
-FINISH or REVISE before a step that no finding so far can stand in for."""
+than them, a revised plan that researches its first step again, a query that copies an earlier finding or leaves
+its sub-question behind, and a FINISH or REVISE before a step that no finding so far can stand in for."""
 
 import re
 
 from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.trajectory import StepRecord
 from dspy_rag.signatures import Step
+from dspy_rag.tokenizer import tokenize
 
 # "Then find newer information about AMD's strategy": facts later than the user's documents, so from the web.
 # Narrow on purpose: "the latest-expiring patent" or "current liabilities" are questions about the documents.
@@ -46,8 +47,10 @@ COPIED_CHARS = 40  # a query holding a finding's first 40 characters, or opening
 
 
 def query_for(rewritten: str, sub_question: str, findings: list[str]) -> tuple[str, str | None]:
-    """The rewritten query, or the sub-question when the rewriter started it with an earlier finding (it then
-    searches for what was already found), with a note saying so."""
+    """The rewritten query, or the sub-question, with a note saying why, when the rewriter copied an earlier
+    finding (it then searches for what was already found) or wrote a query sharing no word with the
+    sub-question (the 0.5B searched its planner's keyword "AI accelerator strategy" for NVIDIA's competition
+    risks, and read the Business section instead of the Risk Factors)."""
     query = " ".join(rewritten.split())
     plain = query.lower()
     found = [" ".join(f.split()).lower() for f in findings]
@@ -56,6 +59,9 @@ def query_for(rewritten: str, sub_question: str, findings: list[str]) -> tuple[s
         len(plain) >= COPIED_CHARS and any(plain[:COPIED_CHARS] in f for f in found))
     if copied:
         return sub_question, "the rewritten query copied an earlier finding; searched the sub-question"
+    asked = set(tokenize(sub_question))
+    if query and asked and not asked & set(tokenize(query)):
+        return sub_question, "the rewritten query shares no word with the sub-question; searched the sub-question"
     return query or sub_question, None
 
 
