@@ -179,6 +179,40 @@ def gain_text(before: list[float], after: list[float]) -> str:
     return f"{mean:+.3f} (95% CI {low:+.3f} … {high:+.3f}: {verdict})"
 
 
+@dataclass
+class Outcome:
+    """What the optimize phase gives the record phase."""
+    program: dspy.Module
+    before: list[float]
+    after: list[float]
+    learned_from: list[dict[str, Any]]
+
+
+def optimize(program: dspy.Module, data: Splits, optimizer: Optimizer, settings: dict[str, Any],
+             metric: ResearchMetric, cache: ScoreCache, teacher: dspy.LM | None, lm: dspy.LM,
+             tracker: Tracker) -> Outcome:
+    """Score the dev split, compile on the train split, score the dev split again."""
+    tracker.start("before", f"dev before ({len(data.dev)})", len(data.dev))
+    before = evaluate(program, data.dev, metric, cache)
+    runs = optimizer.runs(len(data.train), len(data.val), settings)
+    tracker.start("optimize", f"optimize ({optimizer.name}, ≤{runs} runs)", None)
+    teleprompter = optimizer.build(metric, settings, teacher, lm)
+    extra = {"valset": data.val} if data.val else {}
+    compiled = teleprompter.compile(program, trainset=data.train, **extra, **optimizer.compile_args(settings))
+    tracker.start("after", f"dev after ({len(data.dev)})", len(data.dev))
+    return Outcome(compiled, before, evaluate(compiled, data.dev, metric, cache), tracker.learned_from)
+
+
+def record(folder: Path, outcome: Outcome, manifest: artifacts.Manifest, config: Config, replace: bool) -> None:
+    """Save the artifact, then append its ledger line: a ledger line never names a missing artifact."""
+    artifacts.save(folder, outcome.program, manifest, outcome.learned_from, replace=replace)
+    append(config.artifacts.path / "ledger.jsonl", LedgerEntry(
+        kind="compile", artifact=manifest.name, parent=manifest.parent, model=manifest.model,
+        trainset=manifest.trainset, trainset_hash=manifest.trainset_hash, split="dev", metric=manifest.metric,
+        score=manifest.dev_after or 0.0, score_before=manifest.dev_before, questions=manifest.dev_questions,
+        optimizer=manifest.optimizer, lm_calls=manifest.lm_calls, tokens=manifest.tokens, seconds=manifest.seconds))
+
+
 def compile_program(request: CompileRequest, config: Config, console: Console,
                     say: Callable[[str], None]) -> artifacts.Manifest:
     if request.optimizer not in OPTIMIZERS:
@@ -213,32 +247,21 @@ def compile_program(request: CompileRequest, config: Config, console: Console,
                             "metric": metric.name, "train": len(data.train), "dev": len(data.dev)})
             context = json.dumps([config.masked(), trainset.content_hash, metric.name, code_digest()], default=str)
             cache = ScoreCache(cache_root() / "compile-scores.jsonl", context)
-            tracker.start("before", f"dev before ({len(data.dev)})", len(data.dev))
-            before = evaluate(program, data.dev, metric, cache)
-            runs = optimizer.runs(len(data.train), len(data.val), settings)
-            tracker.start("optimize", f"optimize ({optimizer.name}, ≤{runs} runs)", None)
-            teleprompter = optimizer.build(metric, settings, teacher, lm)
-            extra = {"valset": data.val} if data.val else {}
-            compiled = teleprompter.compile(program, trainset=data.train, **extra, **optimizer.compile_args(settings))
-            tracker.start("after", f"dev after ({len(data.dev)})", len(data.dev))
-            after = evaluate(compiled, data.dev, metric, cache)
+            outcome = optimize(program, data, optimizer, settings, metric, cache, teacher, lm, tracker)
+        before, after = outcome.before, outcome.after
         usage = [usage_since(m, starts[id(m)]) for m in (lm, teacher) if m is not None]
         manifest = artifacts.Manifest(
-            name=name, program=type(program).__name__, predictors=artifacts.program_signature(compiled), model=model,
-            optimizer=optimizer.name, trainset=trainset.name, trainset_hash=trainset.content_hash, metric=metric.name,
-            weights=metric.weights, dev_questions=len(data.dev), dev_before=round(sum(before) / len(before), 4),
-            dev_after=round(sum(after) / len(after), 4), teacher=request.teacher,
+            name=name, program=type(program).__name__, predictors=artifacts.program_signature(outcome.program),
+            model=model, optimizer=optimizer.name, trainset=trainset.name, trainset_hash=trainset.content_hash,
+            metric=metric.name, weights=metric.weights, dev_questions=len(data.dev),
+            dev_before=round(sum(before) / len(before), 4), dev_after=round(sum(after) / len(after), 4),
+            teacher=request.teacher,
             optimizer_settings={**settings, "threshold": request.threshold, "train": len(data.train), "val": len(data.val)},
             parent=request.parent and parent.name, lm_calls=sum(u["lm_calls"] for u in usage),
             tokens=sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage),
             seconds=round(time.perf_counter() - started, 1),
             dev_scores={e.id: [round(b, 4), round(a, 4)] for e, b, a in zip(data.dev, before, after, strict=True)})
-        artifacts.save(folder, compiled, manifest, tracker.learned_from, replace=request.replace)
-        append(config.artifacts.path / "ledger.jsonl", LedgerEntry(
-            kind="compile", artifact=name, parent=manifest.parent, model=model, trainset=trainset.name,
-            trainset_hash=trainset.content_hash, split="dev", metric=metric.name, score=manifest.dev_after or 0.0,
-            score_before=manifest.dev_before, questions=len(data.dev), optimizer=optimizer.name,
-            lm_calls=manifest.lm_calls, tokens=manifest.tokens, seconds=manifest.seconds))
+        record(folder, outcome, manifest, config, request.replace)
         tracked.metrics({"dev_before": manifest.dev_before, "dev_after": manifest.dev_after,
                          "lm_calls": manifest.lm_calls, "tokens": manifest.tokens, "seconds": manifest.seconds})
         say(f"dev ({len(data.dev)} questions) {manifest.dev_before:.3f} → {manifest.dev_after:.3f}, gain "
