@@ -16,9 +16,9 @@ MDNA = "Item 7. Management's Discussion and Analysis"
 PASSAGE = Passage("c1", "Data Center revenue was $15.01 billion.", "nvda.htm", MDNA, 0.9)
 
 
-def row(pipeline: str, f1: float, seconds: float, lm_seconds: float | None) -> Row:
+def row(pipeline: str, f1: float, seconds: float, lm_seconds: float | None, steps: int = 2) -> Row:
     return Row("s", pipeline, f"q{f1}", "q?", "gold", "answer", 0.0, f1, 0.0, 1.0, None, 3, 100, seconds,
-               lm_seconds, 2, None)
+               lm_seconds, steps, None)
 
 
 def test_summary_means_medians_and_time_outside_lm_calls() -> None:
@@ -26,6 +26,13 @@ def test_summary_means_medians_and_time_outside_lm_calls() -> None:
     assert summary["f1"] == 0.5 and summary["median_seconds"] == 20.0 and summary["median_steps"] == 2
     assert summary["outside_lm_share"] == round(1 - 56 / 60, 4) and summary["citation_validity"] is None
     assert summarize([row("baseline", 1.0, 5.0, None)])["outside_lm_share"] is None
+
+
+def test_the_latency_of_two_and_three_step_runs_leaves_out_the_others() -> None:
+    rows = [row("deep", 0.1, 10.0, 9.0, steps=1), row("deep", 0.2, 40.0, 39.0, steps=2),
+            row("deep", 0.3, 60.0, 58.0, steps=3), row("deep", 0.4, 200.0, 190.0, steps=4)]
+    assert summarize(rows)["median_seconds_2_3_steps"] == 50.0
+    assert summarize(rows[:1])["median_seconds_2_3_steps"] is None
 
 
 def test_a_truncated_cache_line_is_run_again(tmp_path: Path) -> None:
