@@ -86,6 +86,7 @@ _STOPWORDS = frozenset(
     "which who what when where how than then also has have had not no into over under about their there such".split())
 _ADMITS_GAP = re.compile(r"\b(not|no|none)\b.*\b(evidence|information|mention\w*|cover\w*|found|say|state\w*)\b", re.I)
 MIN_OVERLAP = 0.4  # small models paraphrase; below this share of content words, a passage is not the source
+RESTATED = 0.6  # a sentence sharing this much of its wording with a finding says the finding again
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,18 @@ def cited_numbers(answer: str) -> set[int]:
     return set(_cited(answer))
 
 
+def restates(sentence: str, text: str) -> bool:
+    """Most of the sentence's content words are in the text: it says again what the text says."""
+    words = _content_words(_MARKER.sub(" ", sentence))
+    return bool(words) and len(words & _content_words(text)) / len(words) >= RESTATED
+
+
+def with_marker(sentence: str, number: int) -> str:
+    """The sentence citing passage `number`, the marker before its full stop."""
+    body, stop = (sentence[:-1], sentence[-1]) if sentence[-1:] in (".", "!", "?") else (sentence, "")
+    return f"{body.rstrip()} [{number}]{stop}"
+
+
 def attribute(answer: str, passages: Sequence[Passage]) -> tuple[str, list[str]]:
     """Give each sentence written without a marker the first passage that states it, if one does.
 
@@ -138,9 +151,8 @@ def attribute(answer: str, passages: Sequence[Passage]) -> tuple[str, list[str]]
     for sentence in sentences(answer):
         source = next((n for n, p in enumerate(passages, start=1) if supports(sentence, p)), None)
         if not _cited(sentence) and source is not None:
-            body, stop = (sentence[:-1], sentence[-1]) if sentence[-1] in ".!?" else (sentence, "")
-            sentence = f"{body} [{source}]{stop}"
-            attributed.append(body)
+            attributed.append(sentence.rstrip(".!?"))
+            sentence = with_marker(sentence, source)
         out.append(sentence)
     return " ".join(out), attributed
 

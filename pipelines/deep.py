@@ -18,6 +18,10 @@ from dspy_rag.citations import (
     cited_numbers,
     number_passages,
     resolve,
+    restates,
+    sentences,
+    supports,
+    with_marker,
 )
 from dspy_rag.config import BudgetConfig
 from dspy_rag.optimizers.policy_features import live_point
@@ -50,6 +54,11 @@ SHARED_TOOLS = frozenset({"retriever", "reranker", "web", "on_event"})
 
 def first_sentence(text: str) -> str:
     return text.strip().split(". ")[0].rstrip(".") + "." if text.strip() else ""
+
+
+def cited_from(sentence: str, numbers: list[int], evidence: list[Passage]) -> str:
+    """The sentence citing the first of the passages `numbers` that states it, or else the first of them."""
+    return with_marker(sentence, next((n for n in numbers if supports(sentence, evidence[n - 1])), numbers[0]))
 
 
 def by_plan(steps_left: int) -> tuple[str, str]:
@@ -243,7 +252,7 @@ class DeepResearch(dspy.Module):
             short = written.short_answer.strip()
             draft, record.attributed = attribute(written.answer, evidence)
             if len(cited_finding) > 1:  # a one-step answer is left to the citation check
-                draft = self._cover_every_step(draft, cited_finding, number, record)
+                draft = self._cover_every_step(draft, evidence, record)
             answer, citations = resolve(draft, [], evidence)
             checks = check_citations(draft, evidence)
         record.answer, record.short_answer, record.citations = answer, short, [vars(c) for c in citations]
@@ -253,23 +262,28 @@ class DeepResearch(dspy.Module):
         return dspy.Prediction(answer=answer, short_answer=short, draft=draft, citations=citations, flagged=record.flagged, passages=evidence,
                                findings=findings, trajectory=record)
 
-    def _cover_every_step(self, draft: str, cited_finding: dict[int, str], number: dict[str, int],
-                          record: Trajectory) -> str:
+    def _cover_every_step(self, draft: str, evidence: list[Passage], record: Trajectory) -> str:
         """The answer with every step's finding cited. Measured: the 0.5B answered the reference question from
         its first step only, leaving out the web step that found the MI300X, and it restated a finding without
-        a marker. A finding stated uncited gets its marker in place; one left out is added, cited."""
-        marked = cited_numbers(draft)
-        uncited = [i for i in cited_finding
-                   if not marked & {number[p] for p in record.steps[i].used_passages if p in number}]
-        found = {i: record.steps[i].finding.strip().rstrip(".") for i in uncited}
-        stated = [i for i in uncited if found[i] and found[i] in draft]
-        for i in stated:
-            draft = draft.replace(found[i], cited_finding[i].rstrip("."), 1)
-        left_out = [i for i in uncited if i not in stated]
-        if left_out:
-            draft = " ".join([draft.strip(), *(cited_finding[i] for i in left_out)])
+        a marker. Sentences restating a step's finding get that step's marker in place; a finding left out is
+        added, cited. The marker names the step's passage that states the sentence, if one does."""
+        number = {p.id: n for n, p in enumerate(evidence, start=1)}
+        out, marked = sentences(draft), cited_numbers(draft)
+        stated, left_out = [], []
+        for step in record.steps:
+            own = [number[p] for p in step.used_passages if p in number]
+            if not own or marked & set(own):
+                continue
+
+            restating = [k for k, sentence in enumerate(out)
+                         if not cited_numbers(sentence) and restates(sentence, step.finding)]
+            for k in restating:
+                out[k] = cited_from(out[k], own, evidence)
+            if not restating:
+                out += [cited_from(sentence, own, evidence) for sentence in sentences(step.finding)]
+            (stated if restating else left_out).append(step.index + 1)
         for steps, what in ((stated, "stated the finding of step {} uncited; cited it there"),
                             (left_out, "left out the finding of step {}; added with its citation")):
             if steps:
-                self._note(record.notes, "the answer " + what.format(", ".join(str(i + 1) for i in steps)))
-        return draft
+                self._note(record.notes, "the answer " + what.format(", ".join(map(str, steps))))
+        return " ".join(out)

@@ -10,7 +10,9 @@ from dspy_rag.citations import (
     number_passages,
     quoted_in,
     resolve,
+    restates,
     sentences,
+    with_marker,
 )
 from dspy_rag.retrieval import Passage
 
@@ -146,3 +148,19 @@ def test_attribute_cites_the_passage_that_states_an_uncited_sentence() -> None:
     assert answer == "Export controls could harm our business [2]. Gaming will double."
     assert attributed == ["Export controls could harm our business"]
     assert citation_validity(check_citations(answer, PASSAGES)) == 1.0
+
+
+@pytest.mark.parametrize(("sentence", "restated"), [
+    ("The key risks include increased costs and lost market share [2].", True),  # markers do not count as words
+    ("The key risks include increased costs and lost market share and revenue.", True),
+    ("AMD launched the MI300X with 192GB of memory.", False),
+    ("", False),
+])
+def test_a_sentence_restates_a_finding_when_most_of_its_words_are_in_it(sentence: str, restated: bool) -> None:
+    finding = "The key risks related to competition include increased costs, lost market share and revenue."
+    assert restates(sentence, finding) is restated
+
+
+def test_a_marker_goes_before_the_full_stop() -> None:
+    assert with_marker("Revenue rose.", 3) == "Revenue rose [3]."
+    assert with_marker("Revenue rose", 3) == "Revenue rose [3]"
