@@ -1,0 +1,85 @@
+"""Deep `ask` latency: wall time per question of the default deep program over the 10-K and the web snapshot.
+
+    .venv/bin/python -m dspy_rag.evals.bench_ask_deep [--model local/qwen2.5-coder-0.5b] [--limit N]
+        [--out evals/results/ask-deep.json]
+
+The questions are the reference question and the 10-K set's questions that join sections or need the web (its
+dev split first): those the planner splits into two or three steps. Each is asked by a fresh `dspy-rag ask
+--json` process, as a user would run it, with the repository's artifacts (trained reranker) and the offline web
+snapshot. The figures are medians, over all runs and over the runs of two or three steps (the latency target
+names those). Run it on an idle machine: another LM job on the other core halves llama.cpp's speed.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from dspy_rag.evals.bench_foundation import CLI, REPO, timed
+from dspy_rag.files import write_json_atomic
+from dspy_rag.trainsets.locations import shared_data, tenk_filing
+from dspy_rag.trainsets.registry import load_trainset
+
+MULTI_STEP_KINDS = ("multi-section", "10k+web")
+
+
+def questions(limit: int | None) -> list[str]:
+    tenk = load_trainset("nvidia-10k")
+    asked = [q for split in ("dev", "train") for q in tenk.questions(split) if q.kind in MULTI_STEP_KINDS]
+    return [load_trainset("reference").questions("dev")[0].question, *(q.question for q in asked)][:limit]
+
+
+def run(question: str, folder: Path, model: str) -> dict[str, Any]:
+    result = timed([CLI, "ask", "--model", model, "--web", str(shared_data() / "web-snapshot"), "--json", question],
+                   folder)
+    answer = json.loads(result["stdout"])
+    trajectory = answer["trajectory"]
+    return {"question": question, "seconds": round(result["seconds"], 2), "steps": len(trajectory["steps"]),
+            "lm_calls": trajectory["lm_calls"], "lm_seconds": trajectory["lm_seconds"],
+            "program_seconds": trajectory["seconds"], "peak_rss_mb": round(result["peak_rss_mb"]),
+            "stopped_early": trajectory["stopped_early"], "tools": [s["tool"] for s in trajectory["steps"]]}
+
+
+def median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 2) if values else None
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    multi = [r for r in runs if r["steps"] in (2, 3)]
+    return {
+        "runs": len(runs),
+        "steps": {str(n): sum(r["steps"] == n for r in runs) for n in sorted({r["steps"] for r in runs})},
+        "seconds_median": median([r["seconds"] for r in runs]),
+        "seconds_median_2_3_steps": median([r["seconds"] for r in multi]),
+        "runs_2_3_steps": len(multi),
+        # Time inside the program but outside LM calls: retrieval, reranking, citation checks.
+        "outside_lm_share_median": median([1 - r["lm_seconds"] / r["program_seconds"] for r in runs]),
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="local/qwen2.5-coder-0.5b")
+    parser.add_argument("--limit", type=int, default=8, help="questions asked (the reference question first)")
+    parser.add_argument("--out", type=Path, default=REPO / "evals" / "results" / "ask-deep.json")
+    args = parser.parse_args()
+    runs = []
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        (folder / "dspy-rag.yaml").write_text(f"artifacts: {{path: {REPO / 'artifacts'}}}\n", encoding="utf-8")
+        timed([CLI, "ingest", str(tenk_filing())], folder)
+        for question in questions(args.limit):
+            runs.append(run(question, folder, args.model))
+            print(f"{runs[-1]['seconds']:.1f} s, {runs[-1]['steps']} steps: {question}", file=sys.stderr)
+    results = {"date": time.strftime("%Y-%m-%d"), "model": args.model, **summary(runs), "per_question": runs}
+    write_json_atomic(args.out, results)
+    print(json.dumps({k: v for k, v in results.items() if k != "per_question"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
