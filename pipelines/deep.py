@@ -274,7 +274,6 @@ class DeepResearch(dspy.Module):
             own = [number[p] for p in step.used_passages if p in number]
             if not own or marked & set(own):
                 continue
-
             restating = [k for k, sentence in enumerate(out)
                          if not cited_numbers(sentence) and restates(sentence, step.finding)]
             for k in restating:
