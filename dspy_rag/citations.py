@@ -105,13 +105,18 @@ def _numbers(text: str) -> set[str]:
     return {n.replace(",", "") for n in _NUMBER.findall(text)}
 
 
+def word_overlap(sentence: str, text: str) -> float | None:
+    """Share of the sentence's content words (markers aside) that the text holds; None without content words."""
+    words = _content_words(_MARKER.sub(" ", sentence))
+    return len(words & _content_words(text)) / len(words) if words else None
+
+
 def supports(sentence: str, passage: Passage) -> bool:
     """Every figure of the sentence appears in the passage and enough of its words do."""
-    sentence = _MARKER.sub(" ", sentence)
-    words = _content_words(sentence)
-    if not _numbers(sentence) <= _numbers(passage.text):
+    if not _numbers(_MARKER.sub(" ", sentence)) <= _numbers(passage.text):
         return False
-    return not words or len(words & _content_words(passage.text)) / len(words) >= MIN_OVERLAP
+    overlap = word_overlap(sentence, passage.text)
+    return overlap is None or overlap >= MIN_OVERLAP
 
 
 def sentences(answer: str) -> list[str]:
@@ -131,8 +136,8 @@ def cited_numbers(answer: str) -> set[int]:
 
 def restates(sentence: str, text: str) -> bool:
     """Most of the sentence's content words are in the text: it says again what the text says."""
-    words = _content_words(_MARKER.sub(" ", sentence))
-    return bool(words) and len(words & _content_words(text)) / len(words) >= RESTATED
+    overlap = word_overlap(sentence, text)
+    return overlap is not None and overlap >= RESTATED
 
 
 def with_marker(sentence: str, number: int) -> str:

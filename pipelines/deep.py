@@ -22,6 +22,7 @@ from dspy_rag.citations import (
     sentences,
     supports,
     with_marker,
+    word_overlap,
 )
 from dspy_rag.config import BudgetConfig
 from dspy_rag.optimizers.policy_features import live_point
@@ -57,8 +58,10 @@ def first_sentence(text: str) -> str:
 
 
 def cited_from(sentence: str, numbers: list[int], evidence: list[Passage]) -> str:
-    """The sentence citing the first of the passages `numbers` that states it, or else the first of them."""
-    return with_marker(sentence, next((n for n in numbers if supports(sentence, evidence[n - 1])), numbers[0]))
+    """The sentence citing the first of the passages `numbers` that states it, or else the one sharing most of
+    its words (the citation check still flags it; the label points at the likeliest source)."""
+    closest = max(numbers, key=lambda n: word_overlap(sentence, evidence[n - 1].text) or 0.0)
+    return with_marker(sentence, next((n for n in numbers if supports(sentence, evidence[n - 1])), closest))
 
 
 def by_plan(steps_left: int) -> tuple[str, str]:

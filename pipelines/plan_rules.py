@@ -26,7 +26,7 @@ def routed_to_web(question: str, steps: list[Step]) -> tuple[list[Step], list[st
               else step for step in steps]
     changed = [f"routed to the web (the question asks for newer facts): {new.sub_question}"
                for old, new in zip(steps, routed, strict=True) if old.tool != new.tool]
-    return routed, changed
+    return routed, list(dict.fromkeys(changed))  # the 0.5B planner repeats steps word for word
 
 
 def without_steps_done(steps: list[Step], done: list[StepRecord]) -> tuple[list[Step], list[str | None], list[str]]:

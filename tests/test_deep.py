@@ -11,7 +11,7 @@ from dspy.utils import DummyLM
 
 from dspy_rag.config import BudgetConfig
 from dspy_rag.index import Index
-from dspy_rag.pipelines.deep import DeepResearch
+from dspy_rag.pipelines.deep import DeepResearch, cited_from
 from dspy_rag.pipelines.plan_rules import query_for, routed_to_web
 from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
@@ -331,6 +331,21 @@ def test_without_a_web_the_plan_keeps_its_tools_and_the_policy_its_finish(tenk_i
 def test_questions_about_the_documents_own_latest_or_current_figures_stay_in_the_documents(question: str) -> None:
     steps = [Step(sub_question=question, tool="search_docs")]
     assert routed_to_web(question, steps) == (steps, [])
+
+
+def test_a_plan_repeating_a_step_word_for_word_is_noted_once() -> None:
+    newer = Step(sub_question="Find newer information about AMD's accelerators.", tool="search_docs")
+    steps, notes = routed_to_web(NEWER, [newer, newer])
+    assert [s.tool for s in steps] == ["search_web", "search_web"] and len(notes) == 1
+
+
+def test_an_unsupported_sentence_cites_the_steps_passage_sharing_most_of_its_words() -> None:
+    business = Passage("p1", "NVIDIA pioneered accelerated computing.", "10-K", "Item 1. Business", 1.0)
+    risks = Passage("p2", "Failure to estimate customer demand properly could harm our business.", "10-K",
+                    "Item 1A. Risk Factors", 1.0)
+    sentence = "The risks include failure to estimate customer demand, costing 42 points of share."  # 42: unstated
+    assert cited_from(sentence, [1, 2], [business, risks]).endswith("share [2].")
+    assert cited_from("NVIDIA pioneered accelerated computing.", [2, 1], [business, risks]).endswith("[1].")
 
 
 @pytest.mark.parametrize(("answer", "reason"), [
