@@ -248,3 +248,15 @@ def test_bound_schema_keeps_rationale_fields_short() -> None:
     props = bound_schema(schema)["properties"]
     assert props["reason"]["maxLength"] == 160 and props["answer"]["maxLength"] == 800
     assert "maxLength" not in props["strategy"]
+
+
+def test_a_plan_holds_the_step_budget_and_a_step_a_few_short_keywords() -> None:
+    from dspy_rag.signatures import PlanResearch
+
+    schema = bound_schema({"type": "object", "properties": {"steps": {
+        "type": "array", "items": {"$ref": "#/$defs/Step"}}}, "$defs": {"Step": PlanResearch.output_fields[
+            "steps"].annotation.__args__[0].model_json_schema()}})
+    step = schema["$defs"]["Step"]["properties"]
+    assert schema["properties"]["steps"]["maxItems"] == 4 and step["keywords"]["maxItems"] == 4
+    assert step["keywords"]["items"]["maxLength"] == 40 and step["sub_question"]["maxLength"] == 240
+    assert bound_schema(array())["maxItems"] == 5, "other lists keep the general cap"
