@@ -21,10 +21,11 @@ MAX_STRING_CHARS = 800
 # Rationale, query and short-answer fields: a small model otherwise rambles (or copies whole passages) for
 # hundreds of tokens, at ~30 tokens/s.
 FIELD_CHARS = {"reason": 160, "justification": 160, "query": 200, "sub_question": 240, "finding": 400,
-               "short_answer": 80, "keywords": 40}
-# A plan holds at most the step budget's four steps; a step at most four keywords. Measured: the 0.5B planned
-# the reference question as repeated steps with five keywords each (one a whole section title) and spent its
-# 512 tokens, a third of the run's time, before the cut.
+               "short_answer": 80, "keywords": 40, "context": 600}
+# The distiller's notes are "at most three short sentences": the 0.5B copied passages into them (240 tokens, the
+# slowest call of a step). A plan holds at most the step budget's four steps, a step at most four keywords: the
+# 0.5B planned the reference question as repeated steps with five keywords each (one a whole section title) and
+# spent its 512 tokens, a third of the run's time, before the cut.
 FIELD_ITEMS = {"steps": 4, "keywords": 4}
 
 

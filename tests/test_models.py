@@ -247,6 +247,8 @@ def test_bound_schema_keeps_rationale_fields_short() -> None:
                                                "strategy": {"type": "string", "enum": ["vector", "keyword"]}}}
     props = bound_schema(schema)["properties"]
     assert props["reason"]["maxLength"] == 160 and props["answer"]["maxLength"] == 800
+    assert bound_schema({"type": "object", "properties": {"context": {"type": "string"}}})["properties"][
+        "context"]["maxLength"] == 600
     assert "maxLength" not in props["strategy"]
 
 
