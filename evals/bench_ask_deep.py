@@ -1,10 +1,11 @@
 """Deep `ask` latency: wall time per question of the default deep program over the 10-K and the web snapshot.
 
-    .venv/bin/python -m dspy_rag.evals.bench_ask_deep [--model local/qwen2.5-coder-0.5b] [--limit N]
-        [--out evals/results/ask-deep.json]
+    .venv/bin/python -m dspy_rag.evals.bench_ask_deep [--model local/qwen2.5-coder-0.5b] [--artifact NAME]
+        [--limit N] [--out evals/results/ask-deep.json]
 
 The questions are the reference question and the 10-K set's questions that join sections or need the web (its
-dev split first): those the planner splits into two or three steps. Each is asked by a fresh `dspy-rag ask
+dev split first): those a planner should split into two or three steps (the uncompiled 0.5B splits few of
+them; `--artifact nvidia-10k-plans` splits more). Each is asked by a fresh `dspy-rag ask
 --json` process, as a user would run it, with the repository's artifacts (trained reranker) and the offline web
 snapshot. The figures are medians, over all runs and over the runs of two or three steps (the latency target
 names those). Run it on an idle machine: another LM job on the other core halves llama.cpp's speed.
@@ -33,9 +34,9 @@ def questions(limit: int | None) -> list[str]:
     return [load_trainset("reference").questions("dev")[0].question, *(q.question for q in asked)][:limit]
 
 
-def run(question: str, folder: Path, model: str) -> dict[str, Any]:
-    result = timed([CLI, "ask", "--model", model, "--web", str(shared_data() / "web-snapshot"), "--json", question],
-                   folder)
+def run(question: str, folder: Path, model: str, artifact: str) -> dict[str, Any]:
+    result = timed([CLI, "ask", "--model", model, "--artifact", artifact, "--web", str(shared_data() / "web-snapshot"),
+                    "--json", question], folder)
     answer = json.loads(result["stdout"])
     trajectory = answer["trajectory"]
     return {"question": question, "seconds": round(result["seconds"], 2), "steps": len(trajectory["steps"]),
@@ -65,6 +66,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="local/qwen2.5-coder-0.5b")
+    parser.add_argument("--artifact", default="none", help="the compiled prompts to ask with (none: uncompiled)")
     parser.add_argument("--limit", type=int, default=8, help="questions asked (the reference question first)")
     parser.add_argument("--out", type=Path, default=REPO / "evals" / "results" / "ask-deep.json")
     args = parser.parse_args()
@@ -74,9 +76,10 @@ def main() -> None:
         (folder / "dspy-rag.yaml").write_text(f"artifacts: {{path: {REPO / 'artifacts'}}}\n", encoding="utf-8")
         timed([CLI, "ingest", str(tenk_filing())], folder)
         for question in questions(args.limit):
-            runs.append(run(question, folder, args.model))
+            runs.append(run(question, folder, args.model, args.artifact))
             print(f"{runs[-1]['seconds']:.1f} s, {runs[-1]['steps']} steps: {question}", file=sys.stderr)
-    results = {"date": time.strftime("%Y-%m-%d"), "model": args.model, **summary(runs), "per_question": runs}
+    results = {"date": time.strftime("%Y-%m-%d"), "model": args.model, "artifact": args.artifact, **summary(runs),
+               "per_question": runs}
     write_json_atomic(args.out, results)
     print(json.dumps({k: v for k, v in results.items() if k != "per_question"}, indent=1))
 
