@@ -288,8 +288,10 @@ def many_sections(path: Path, sections: int = 700) -> None:
 
 
 def about_crates(fake_lm: FakeLM) -> None:
-    """Script the LM to search for the crates: only the document being ingested mentions them."""
-    fake_lm.replies = {**fake_lm.replies, "`query`": {"query": "crate left the Oslo depot"}}
+    """Script the LM to plan and search for the crates: only the document being ingested mentions them."""
+    step = {"sub_question": CRATES, "tool": "search_docs", "keywords": ["crate"], "section": None,
+            "justification": "one fact"}
+    fake_lm.replies = {**fake_lm.replies, "`steps`": {"steps": [step]}, "`query`": {"query": "crate left the Oslo depot"}}
 
 
 def retrieved_sources(stdout: str) -> set[str]:
