@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dspy_rag.evals.bench_foundation import CLI, REPO, timed
+from dspy_rag.evals.rows import LATENCY_STEPS, median_seconds_of_latency_steps
 from dspy_rag.files import write_json_atomic
 from dspy_rag.trainsets.locations import shared_data, tenk_filing
 from dspy_rag.trainsets.registry import load_trainset
@@ -50,13 +51,12 @@ def median(values: list[float]) -> float | None:
 
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    multi = [r for r in runs if r["steps"] in (2, 3)]
     return {
         "runs": len(runs),
         "steps": {str(n): sum(r["steps"] == n for r in runs) for n in sorted({r["steps"] for r in runs})},
         "seconds_median": median([r["seconds"] for r in runs]),
-        "seconds_median_2_3_steps": median([r["seconds"] for r in multi]),
-        "runs_2_3_steps": len(multi),
+        "seconds_median_2_3_steps": median_seconds_of_latency_steps([(r["steps"], r["seconds"]) for r in runs]),
+        "runs_2_3_steps": sum(r["steps"] in LATENCY_STEPS for r in runs),
         # Time inside the program but outside LM calls: retrieval, reranking, citation checks.
         "outside_lm_share_median": median([1 - r["lm_seconds"] / r["program_seconds"] for r in runs]),
         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),

@@ -112,8 +112,8 @@ def ragas_names(results: dict[str, dict[str, Any]]) -> list[str]:
 
 def markdown(results: dict[str, dict[str, Any]], title: str) -> str:
     names = ["score", "score_ci", "delta", "delta_ci", "em", "f1", "contains", "evidence_recall", "citation_validity",
-             "median_lm_calls", "mean_lm_calls", "median_tokens", "mean_tokens", "median_seconds", "median_seconds_2_3_steps", "mean_steps",
-             "outside_lm_share", "stopped_early", "failed"]
+             "median_lm_calls", "mean_lm_calls", "median_tokens", "mean_tokens", "median_seconds",
+             "median_seconds_2_3_steps", "mean_steps", "outside_lm_share", "stopped_early", "failed"]
     ragas = ragas_names(results)
     lines = [f"# {title}", "", "| column | " + " | ".join(names + ragas) + " |",
              "|---" * (len(names) + len(ragas) + 1) + "|"]
