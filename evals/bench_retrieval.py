@@ -106,7 +106,7 @@ def corpus_documents(passages: list[CorpusPassage]) -> list[Document]:
     """One document per passage, its source the passage id, so a retrieved chunk names its gold id."""
     documents = []
     for passage in passages:
-        text = f"{passage.title}\n{passage.text}"
+        text = passage.indexed_text
         documents.append(Document(passage.id, "text", text, (Section(passage.title, 0, len(text)),)))
     return documents
 

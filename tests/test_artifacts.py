@@ -69,6 +69,14 @@ def test_round_trip_under_another_model_prompts_identically(saved: Path, tenk_in
     assert sorted(p.name for p in saved.iterdir()) == ["manifest.json", "program.json", "trajectories.jsonl"]
 
 
+def test_the_shipped_default_loads_into_the_current_program(tenk_index: Index) -> None:
+    # A signature change that the shipped artifact no longer matches would break every default `ask`.
+    program = DeepResearch(Retriever(tenk_index, top_k=10))
+    info = artifacts.load(artifacts.SHIPPED / "deep-qwen2.5-coder-0.5b", program)
+    assert info.model == "local/qwen2.5-coder-0.5b" and info.dev_after > info.dev_before
+    assert program.synthesize.demos and all(d["short_answer"] and "[1]" in d["answer"] for d in program.synthesize.demos)
+
+
 def test_no_lm_settings_or_keys_reach_the_artifact(tenk_index: Index, tmp_path: Path) -> None:
     program = compiled(tenk_index)
     program.synthesize.lm = dspy.LM("openai/gpt-4o-mini", api_key="sk-secret-value")
@@ -143,5 +151,7 @@ def test_choosing_artifacts(saved: Path) -> None:
     (folder / "deep-qwen2.5-coder-1.5b").mkdir()
     assert artifacts.chosen("auto", folder, "local/qwen2.5-coder-1.5b") == folder / "deep-qwen2.5-coder-1.5b"
     assert artifacts.chosen("auto", folder, "openai/gpt-4o-mini") is None
+    shipped = artifacts.chosen("auto", folder, "local/qwen2.5-coder-0.5b")  # none in the user's folder
+    assert shipped == artifacts.SHIPPED / "deep-qwen2.5-coder-0.5b"
     with pytest.raises(UserError, match="no artifact 'missing'"):
         artifacts.chosen("missing", folder, "any")

@@ -18,7 +18,8 @@ from dspy_rag.optimizers import artifacts
 from dspy_rag.optimizers import compile as compiling
 from dspy_rag.optimizers.ledger import read
 from dspy_rag.optimizers.metric import ResearchMetric, example_of
-from dspy_rag.optimizers.teleprompters import OPTIMIZERS
+from dspy_rag.optimizers.teleprompters import OPTIMIZERS, LabeledPerModule
+from dspy_rag.retrieval import Passage
 from dspy_rag.trainsets.formats import Question
 from dspy_rag.trainsets.registry import load_trainset
 
@@ -184,6 +185,32 @@ def test_musique_decompositions_become_the_planners_labeled_demos(tenk_index: An
     prompt = dspy.JSONAdapter().format(compiled.plan.signature, compiled.plan.demos,
                                        {"question": "Q?", "sections": [], "web_available": False, "findings": []})
     assert musique[0].plan[1]["sub_question"] in "".join(m["content"] for m in prompt)
+
+
+def test_hotpotqa_supporting_sentences_become_the_synthesizers_labeled_demos(tenk_index: Any) -> None:
+    from dspy_rag.citations import check_citations
+    from dspy_rag.pipelines.deep import DeepResearch
+    from dspy_rag.retrieval import Retriever
+
+    hotpotqa = load_trainset("hotpotqa")
+    corpus = {p.id: p for p in hotpotqa.passages}
+    questions = hotpotqa.questions("train")[:3]
+    for question in questions:  # the supporting paragraphs are the corpus's own, and hold their sentences
+        assert question.support and all(corpus[s.passage.id] == s.passage for s in question.support)
+        assert all(sentence in s.passage.text for s in question.support for sentence in s.sentences)
+    compiled = LabeledPerModule(k=2).compile(DeepResearch(Retriever(tenk_index, top_k=5)),
+                                             trainset=[example_of(q) for q in questions])
+    assert compiled.plan.demos == []  # HotpotQA labels no plan
+    demos = compiled.synthesize.demos
+    assert len(demos) == 2 and {d.short_answer for d in demos} <= {q.answer for q in questions}
+    for demo in demos:  # every sentence of the demo's answer is stated by the passage it cites
+        evidence = [Passage(s.passage.id, s.passage.indexed_text, s.passage.id, s.passage.title, 0.0)
+                    for q in questions if q.question == demo.question for s in q.support]
+        checks = check_citations(demo.answer, evidence)
+        assert len(checks) == sum(len(s.sentences) for q in questions if q.question == demo.question for s in q.support)
+        assert all(c.reason is None for c in checks)
+        assert demo.evidence[0].startswith("[1] ") and len(demo.findings) == len(evidence)
+    assert example_of(Question("q", "Who?", "A")).get("answer") is None  # no support: the synthesizer gets no demo
 
 
 def test_ask_runs_an_artifact_under_another_model_and_says_so(trainset: Path, settings: Config,

@@ -35,6 +35,9 @@ class Question:
     # A gold research plan (steps with sub_question, tool and optionally section), from the dataset's own
     # decomposition (MuSiQue) or written by hand (generic JSONL): the planner's labeled demos.
     plan: tuple[dict[str, str], ...] = field(default=(), compare=False)
+    # The sentences that state the answer, each with its paragraph (HotpotQA's supporting facts): the
+    # synthesizer's labeled demos.
+    support: tuple["Support", ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,17 @@ class CorpusPassage:
     id: str
     title: str
     text: str
+
+    @property
+    def indexed_text(self) -> str:
+        """The text as ingested: the title heads the paragraph, so a search for the subject finds it."""
+        return f"{self.title}\n{self.text}"
+
+
+@dataclass(frozen=True)
+class Support:
+    passage: CorpusPassage
+    sentences: tuple[str, ...]
 
 
 def passage_id(title: str, text: str) -> str:
@@ -73,11 +87,16 @@ def detect_format(row: dict[str, Any]) -> Format:
 
 
 def _hotpotqa(row: dict[str, Any]) -> Question:
-    paragraphs = {title: "".join(sentences) for title, sentences in row["context"]}
+    sentences = {title: list(lines) for title, lines in row["context"]}
+    paragraphs = {title: "".join(lines) for title, lines in sentences.items()}
     gold_titles = list(dict.fromkeys(title for title, _ in row["supporting_facts"]))
     gold = tuple(passage_id(t, paragraphs[t]) for t in gold_titles if t in paragraphs)
     others = tuple(passage_id(t, text) for t, text in paragraphs.items() if t not in gold_titles)
-    return Question(row["_id"], row["question"], row["answer"], (), gold, (), others)
+    cited = {t: [sentences[t][n].strip() for title, n in row["supporting_facts"] if title == t and n < len(sentences[t])]
+             for t in gold_titles if t in paragraphs}
+    support = tuple(Support(CorpusPassage(passage_id(t, paragraphs[t]), t, paragraphs[t]), tuple(lines))
+                    for t, lines in cited.items() if lines)
+    return Question(row["_id"], row["question"], row["answer"], (), gold, (), others, support=support)
 
 
 _HOP_REFERENCE = re.compile(r"#(\d)")
