@@ -54,6 +54,8 @@ class CorpusPassage:
 
 @dataclass(frozen=True)
 class Support:
+    """Sentences of one paragraph that state part of a question's answer."""
+
     passage: CorpusPassage
     sentences: tuple[str, ...]
 
