@@ -39,9 +39,14 @@ def cited_answer(support: Sequence[Support]) -> dict[str, Any]:
     0.089 to 0.296."""
     if not support:
         return {}
-    evidence = [Passage(s.passage.id, s.passage.indexed_text, s.passage.id, s.passage.title, 0.0) for s in support]
+    evidence = gold_evidence(support)
     answer = " ".join(f"{sentence.rstrip('.')} [{n}]." for n, s in enumerate(support, start=1) for sentence in s.sentences)
     return {"findings": [" ".join(s.sentences) for s in support], "evidence": number_passages(evidence), "answer": answer}
+
+
+def gold_evidence(support: Sequence[Support]) -> list[Passage]:
+    """The supporting paragraphs as retrieval returns them from a trainset's scratch index."""
+    return [Passage(s.passage.id, s.passage.indexed_text, s.passage.id, s.passage.title, 0.0) for s in support]
 
 
 def looked_at(prediction: dspy.Prediction) -> list[Passage]:

@@ -17,9 +17,8 @@ from dspy_rag.errors import UserError
 from dspy_rag.optimizers import artifacts
 from dspy_rag.optimizers import compile as compiling
 from dspy_rag.optimizers.ledger import read
-from dspy_rag.optimizers.metric import ResearchMetric, example_of
+from dspy_rag.optimizers.metric import ResearchMetric, example_of, gold_evidence
 from dspy_rag.optimizers.teleprompters import OPTIMIZERS, LabeledPerModule
-from dspy_rag.retrieval import Passage
 from dspy_rag.trainsets.formats import Question
 from dspy_rag.trainsets.registry import load_trainset
 
@@ -203,11 +202,12 @@ def test_hotpotqa_supporting_sentences_become_the_synthesizers_labeled_demos(ten
     assert compiled.plan.demos == []  # HotpotQA labels no plan
     demos = compiled.synthesize.demos
     assert len(demos) == 2 and {d.short_answer for d in demos} <= {q.answer for q in questions}
+    by_question = {q.question: q for q in questions}
     for demo in demos:  # every sentence of the demo's answer is stated by the passage it cites
-        evidence = [Passage(s.passage.id, s.passage.indexed_text, s.passage.id, s.passage.title, 0.0)
-                    for q in questions if q.question == demo.question for s in q.support]
+        support = by_question[demo.question].support
+        evidence = gold_evidence(support)
         checks = check_citations(demo.answer, evidence)
-        assert len(checks) == sum(len(s.sentences) for q in questions if q.question == demo.question for s in q.support)
+        assert len(checks) == sum(len(s.sentences) for s in support)
         assert all(c.reason is None for c in checks)
         assert demo.evidence[0].startswith("[1] ") and len(demo.findings) == len(evidence)
     assert example_of(Question("q", "Who?", "A")).get("answer") is None  # no support: the synthesizer gets no demo

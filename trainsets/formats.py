@@ -90,15 +90,14 @@ def detect_format(row: dict[str, Any]) -> Format:
 
 def _hotpotqa(row: dict[str, Any]) -> Question:
     sentences = {title: list(lines) for title, lines in row["context"]}
-    paragraphs = {title: "".join(lines) for title, lines in sentences.items()}
-    gold_titles = list(dict.fromkeys(title for title, _ in row["supporting_facts"]))
-    gold = tuple(passage_id(t, paragraphs[t]) for t in gold_titles if t in paragraphs)
-    others = tuple(passage_id(t, text) for t, text in paragraphs.items() if t not in gold_titles)
-    cited = {t: [sentences[t][n].strip() for title, n in row["supporting_facts"] if title == t and n < len(sentences[t])]
-             for t in gold_titles if t in paragraphs}
-    support = tuple(Support(CorpusPassage(passage_id(t, paragraphs[t]), t, paragraphs[t]), tuple(lines))
-                    for t, lines in cited.items() if lines)
-    return Question(row["_id"], row["question"], row["answer"], (), gold, (), others, support=support)
+    paragraphs = {t: CorpusPassage(passage_id(t, "".join(lines)), t, "".join(lines)) for t, lines in sentences.items()}
+    gold_titles = [t for t in dict.fromkeys(title for title, _ in row["supporting_facts"]) if t in paragraphs]
+    others = tuple(p.id for t, p in paragraphs.items() if t not in gold_titles)
+    cited = {t: tuple(sentences[t][n].strip() for title, n in row["supporting_facts"] if title == t and n < len(sentences[t]))
+             for t in gold_titles}
+    support = tuple(Support(paragraphs[t], lines) for t, lines in cited.items() if lines)
+    return Question(row["_id"], row["question"], row["answer"], (), tuple(paragraphs[t].id for t in gold_titles), (),
+                    others, support=support)
 
 
 _HOP_REFERENCE = re.compile(r"#(\d)")
