@@ -146,22 +146,6 @@ def with_marker(sentence: str, number: int) -> str:
     return f"{body.rstrip()} [{number}]{stop}"
 
 
-def attribute(answer: str, passages: Sequence[Passage]) -> tuple[str, list[str]]:
-    """Give each sentence written without a marker the first passage that states it, if one does.
-
-    Small models often drop the markers; the support check that flags a sentence can as well find its
-    source. Returns the answer and the sentences that were attributed this way.
-    """
-    out, attributed = [], []
-    for sentence in sentences(answer):
-        source = next((n for n, p in enumerate(passages, start=1) if supports(sentence, p)), None)
-        if not _cited(sentence) and source is not None:
-            attributed.append(sentence.rstrip(".!?"))
-            sentence = with_marker(sentence, source)
-        out.append(sentence)
-    return " ".join(out), attributed
-
-
 def check_citations(answer: str, passages: Sequence[Passage]) -> list[SentenceCheck]:
     """Check each sentence of an answer written with [n] markers against the passages it cites."""
     checks = []

@@ -254,6 +254,13 @@ def _run(program: Any, question: str, settings: Config) -> Any:
         raise UserError(f"{first_line}; check the model name, its server (lm.api_base) and its API key") from exc
 
 
+def reranker_label(reranker: Any) -> str:
+    """The reranker as a user knows it: the shipped or trained folder's name, or a model name; or none."""
+    if reranker is None:
+        return "none"
+    return Path(reranker.name).name if Path(reranker.name).is_dir() else reranker.name
+
+
 def program_for(pipeline: str, settings: Config, store: Any, searcher: Any, policy: str, say: Any,
                 artifact: str | None = None) -> Any:
     """The program, with the compiled artifact loaded into the deep one (`auto`: the default shipped for the model),
@@ -272,7 +279,7 @@ def program_for(pipeline: str, settings: Config, store: Any, searcher: Any, poli
         say(f"learned policy from {learned.summary.get('trainset', '?')} (threshold {learned.threshold:.2f})")
     program = build_program(pipeline, settings, store, searcher, policy,  # type: ignore[arg-type]
                             on_event=lambda kind, text: say(f"[bold]{kind}[/bold] {escape(text)}"), learned=learned)
-    if pipeline == "baseline" or chosen is None:
+    if pipeline != "deep" or chosen is None:
         return program
     manifest = artifacts.load(chosen, program)
     program.artifact = manifest.name
@@ -317,7 +324,8 @@ def ask(
     dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
     program = program_for(pipeline, settings, store, searcher, policy, say, artifact)
     also = f" and web search ({searcher.name})" if searcher else ""
-    say(f"{pipeline} research over {len(store.catalog['chunks'])} chunks{also}")
+    reranker = reranker_label(program.reranker)
+    say(f"{pipeline} research over {len(store.catalog['chunks'])} chunks{also}, reranked by {reranker}")
     history_start = len(lm.history)
     result = _run(program, text, settings)
     seconds = time.perf_counter() - started
@@ -329,11 +337,9 @@ def ask(
         except OSError as exc:
             raise UserError(f"cannot write the trajectory to {trace}: {exc.strerror}; pick a writable path") from exc
     web_error = result.web_error if pipeline == "baseline" else next(
-        (s["web_error"] for s in trajectory["steps"] if s["web_error"]), None)
+        (e for e in (trajectory["web_error"], *(s["web_error"] for s in trajectory["steps"])) if e), None)
     if web_error and pipeline == "baseline":
         say(f"web search failed: {web_error}; answered from the documents")
-    reranker = (trajectory["reranker"] if trajectory else
-                "none (the baseline answers from hybrid recall without a precision stage)")
     if as_json:
         print(json.dumps({
             "question": text, "pipeline": pipeline, "model": settings.lm.model, "answer": result.answer,

@@ -10,6 +10,7 @@ import stat
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,60 @@ def _tile(text: str, headings: list[tuple[int, str]], preamble: str) -> tuple[Se
     return tuple(Section(title, start, end) for (start, title), end in zip(starts, bounds, strict=True) if end > start)
 
 
+# --- page furniture: what a printed page repeats around its text ----------------------------------------
+
+_ROMAN = r"(?=[ivxlcdm])m{0,3}(?:cm|cd|d?c{0,3})(?:xc|xl|l?x{0,3})(?:ix|iv|v?i{0,3})"
+# At most three digits: a lone four-digit line is far more often a year heading a table column.
+_PAGE_NUMBER = re.compile(rf"[-\u2013\u2014\s]*(?:page\s+)?(?:\d{{1,3}}|{_ROMAN})(?:\s+of\s+\d{{1,3}})?[-\u2013\u2014\s]*",
+                          re.I)
+_CONTENTS_LINK = re.compile(r"(?:(?:back|return)\s+to\s+(?:the\s+)?)?table\s+of\s+contents", re.I)
+RUNNING_MAX_CHARS = 80
+RUNNING_MIN_PAGES = 3
+
+
+def drop_page_furniture(pages: list[list[str]]) -> list[list[str]]:
+    """The pages without their furniture: page numbers, "Table of Contents" lines, running headers and footers.
+
+    "Table of Contents" lines (the link SEC filings put atop every page) go wherever they are. The rest is only
+    ever at a page's edges, so each page is peeled from the top and from the bottom, one layer at a time, while
+    the edge line is blank, a page number (once per edge: the next lone number is a contents-page entry), or a
+    running line: under RUNNING_MAX_CHARS characters and at that edge layer on RUNNING_MIN_PAGES pages or more.
+    A running line keeps its first occurrence, where it usually is a title ("NOTES TO THE CONSOLIDATED
+    FINANCIAL STATEMENTS" opens the notes before it heads each of their pages).
+    """
+    pages = [[line for line in page if not _CONTENTS_LINK.fullmatch(line.strip())] for page in pages]
+    if len(pages) < 2:
+        return pages  # one page has no page numbers or running lines to tell apart from its text
+    spans = [[0, len(page)] for page in pages]  # what is kept of each page: page[lo:hi]
+    seen: set[str] = set()
+    for side in (0, 1):  # the top edge, then the bottom one
+        step = -1 if side else 1
+        numbered = [False] * len(pages)
+        peeling = set(range(len(pages)))
+        while peeling:
+            edges: dict[int, str] = {}  # the outermost line of text of each page still being peeled
+            for n in sorted(peeling):
+                span = spans[n]
+                while span[0] < span[1]:
+                    line = pages[n][span[1] - 1 if side else span[0]].strip()
+                    if not line:
+                        span[side] += step
+                    elif not numbered[n] and _PAGE_NUMBER.fullmatch(line):
+                        numbered[n] = True
+                        span[side] += step
+                    else:
+                        edges[n] = line
+                        break
+            counts = Counter(edges.values())
+            peeling = set()
+            for n, line in edges.items():  # in page order, so the first occurrence is the one kept
+                if line in seen and len(line) < RUNNING_MAX_CHARS and counts[line] >= RUNNING_MIN_PAGES:
+                    spans[n][side] += step
+                    peeling.add(n)
+                seen.add(line)
+    return [page[lo:hi] for page, (lo, hi) in zip(pages, spans, strict=True)]
+
+
 # --- HTML (including SEC inline-XBRL filings) ---------------------------------------------------------
 
 _BLOCK_TAGS = frozenset(
@@ -51,11 +106,14 @@ _BLOCK_TAGS = frozenset(
 _CELL_TAGS = frozenset({"td", "th"})
 _SKIP_TAGS = frozenset({"script", "style", "noscript", "template", "head", "ix:header"})
 _HIDDEN_STYLE = re.compile(r"display\s*:\s*none", re.I)
+# SEC filings print from HTML: `<hr style="page-break-after:always">` ends each page (CSS3 says `break-after:page`).
+_PAGE_BREAK_STYLE = re.compile(r"(?:page-)?break-(before|after)\s*:\s*(?:always|page)", re.I)
 _SEC_ITEM = re.compile(r"^item\s+(\d{1,2}[a-c]?)\s*[.:\-\u2013\u2014]\s*(\S.{0,150})$", re.I)
 
 
-def _html_lines(markup: bytes) -> list[str]:
-    """Visible text of an HTML page, one line per block element, table cells joined by ' | '."""
+def _html_pages(markup: bytes) -> list[list[str]]:
+    """Visible text of an HTML page, one line per block element, table cells joined by ' | ', split into the
+    printed pages its page-break styles mark (a single page when there are none)."""
     from lxml import etree, html
 
     try:
@@ -66,8 +124,12 @@ def _html_lines(markup: bytes) -> list[str]:
 
     def walk(node: etree._Element) -> None:
         tag = node.tag.lower() if isinstance(node.tag, str) else ""
-        hidden = tag in _SKIP_TAGS or not tag or _HIDDEN_STYLE.search(node.get("style", ""))
+        style = node.get("style", "")
+        hidden = tag in _SKIP_TAGS or not tag or _HIDDEN_STYLE.search(style)
+        page_break = None if hidden else _PAGE_BREAK_STYLE.search(style)
         if not hidden:
+            if page_break and page_break.group(1).lower() == "before":
+                pieces.append("\f")
             if tag in _BLOCK_TAGS:
                 pieces.append("\n")
             elif tag in _CELL_TAGS:
@@ -78,16 +140,17 @@ def _html_lines(markup: bytes) -> list[str]:
                 walk(child)
             if tag in _BLOCK_TAGS:
                 pieces.append("\n")
+            if page_break and page_break.group(1).lower() == "after":
+                pieces.append("\f")
         if node.tail:
             pieces.append(node.tail)
 
     walk(root)
-    lines = []
-    for raw in "".join(pieces).split("\n"):
-        line = _compact_cells(" ".join(raw.replace("\xa0", " ").split()))
-        if line:
-            lines.append(line)
-    return lines
+    pages = []
+    for page in "".join(pieces).split("\f"):
+        lines = (_compact_cells(" ".join(raw.replace("\xa0", " ").split())) for raw in page.split("\n"))
+        pages.append([line for line in lines if line])
+    return pages
 
 
 def _compact_cells(line: str) -> str:
@@ -156,8 +219,20 @@ def _html_headings(markup: bytes, lines: list[str]) -> list[tuple[int, str]]:
     return [(i, line) for i, line in enumerate(lines) if line in titles]
 
 
+def _join_pages(pages: list[list[str]]) -> list[str]:
+    """The lines of all pages in order; a paragraph a page break cut in two is one line again."""
+    lines: list[str] = []
+    for page in pages:
+        # A page that opens in lower case continues the sentence the previous page left unfinished.
+        if lines and page and page[0][:1].islower():
+            lines[-1] += " " + page[0]
+            page = page[1:]
+        lines.extend(page)
+    return lines
+
+
 def read_html(markup: bytes, source: str) -> Document:
-    lines = _html_lines(markup)
+    lines = _join_pages(drop_page_furniture(_html_pages(markup)))
     if not lines:
         raise UserError(f"{source} has no visible text to ingest")
     headings = _sec_headings(lines)
@@ -182,6 +257,8 @@ def read_markdown(text: str, source: str) -> Document:
 
 
 def read_text(text: str, source: str) -> Document:
+    if "\f" in text:  # form feeds are the page breaks of printed text
+        text = "\n".join("\n".join(page) for page in drop_page_furniture([p.split("\n") for p in text.split("\f")]))
     return Document(source, "text", text, _tile(text, [], Path(source).stem or "Document"))
 
 
@@ -192,10 +269,11 @@ def read_pdf(data: bytes, source: str) -> Document:
 
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # its repair notes would bury our one-line report
     try:
-        pages = [page.extract_text() or "" for page in PdfReader(io.BytesIO(data)).pages]
+        extracted = [(page.extract_text() or "").split("\n") for page in PdfReader(io.BytesIO(data)).pages]
     except Exception as exc:  # pypdf raises many types on damaged files (loops, bad streams, missing keys)
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UserError(f"{source} is not a readable PDF ({reason}); check the file or convert it to text") from exc
+    pages = ["\n".join(lines) for lines in drop_page_furniture(extracted)]
     headings, position = [], 0
     for number, page in enumerate(pages, start=1):
         headings.append((position, f"Page {number}"))

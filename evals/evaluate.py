@@ -74,9 +74,10 @@ def mlflow_key(label: str) -> str:
 
 
 def ledger_name(column: Column) -> str | None:
-    """The baseline is its own lineage in `history`; the uncompiled deep program is None."""
-    if column.pipeline == "baseline":
-        return "baseline"
+    """The baseline and the plain yardstick are lineages of their own in `history`; the uncompiled deep program
+    is None."""
+    if column.pipeline != "deep":
+        return column.pipeline
     return None if column.artifact == "none" else column.artifact
 
 
@@ -98,10 +99,13 @@ def summary(rows: list[Row], weights: dict[str, float], first: list[Row] | None)
         **summarize_answers(rows), "score": round(statistics.fmean(scores), 4), "score_ci": interval_text(scores),
         "ragas": summarize([r.ragas for r in rows], [r.judge_failed for r in rows]),
     }
+    result["f1_ci"] = interval_text([r.f1 for r in rows])
     if first is not None:
         base = [weighted(r, weights) for r in first]
         result["delta"] = round(statistics.fmean(scores) - statistics.fmean(base), 4)
         result["delta_ci"] = interval_text(scores, base)
+        result["f1_delta"] = round(statistics.fmean(r.f1 for r in rows) - statistics.fmean(r.f1 for r in first), 4)
+        result["f1_delta_ci"] = interval_text([r.f1 for r in rows], [r.f1 for r in first])
     return result
 
 
@@ -111,7 +115,7 @@ def ragas_names(results: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def markdown(results: dict[str, dict[str, Any]], title: str) -> str:
-    names = ["score", "score_ci", "delta", "delta_ci", "em", "f1", "contains", "evidence_recall", "citation_validity",
+    names = ["score", "score_ci", "delta", "delta_ci", "em", "f1", "f1_ci", "f1_delta", "f1_delta_ci", "contains", "evidence_recall", "citation_validity",
              "median_lm_calls", "mean_lm_calls", "median_tokens", "mean_tokens", "median_seconds",
              "median_seconds_2_3_steps", "mean_steps", "outside_lm_share", "stopped_early", "failed"]
     ragas = ragas_names(results)
@@ -125,12 +129,14 @@ def markdown(results: dict[str, dict[str, Any]], title: str) -> str:
 def print_table(results: dict[str, dict[str, Any]], title: str) -> None:
     table = Table(title=title)
     ragas = ragas_names(results)
-    for name in ("column", "score", "95% CI", "Δ first", "Δ 95% CI", "F1", "evidence", "citations", "calls", "steps",
+    for name in ("column", "score", "95% CI", "Δ first", "Δ 95% CI", "F1", "ΔF1 first", "ΔF1 95% CI", "evidence",
+                 "citations", "calls", "steps",
                  "s", *(HEADERS[n] for n in ragas)):
         table.add_column(name)
     for label, r in results.items():
         table.add_row(label, f"{r['score']:.3f}", r["score_ci"], f"{r.get('delta', 0):+.3f}" if "delta" in r else "",
-                      r.get("delta_ci", ""), f"{r['f1']:.3f}", str(r["evidence_recall"]), str(r["citation_validity"]),
+                      r.get("delta_ci", ""), f"{r['f1']:.3f}", f"{r['f1_delta']:+.3f}" if "f1_delta" in r else "",
+                      r.get("f1_delta_ci", ""), str(r["evidence_recall"]), str(r["citation_validity"]),
                       str(r["median_lm_calls"]), str(r["mean_steps"]), str(r["median_seconds"]),
                       *(cell(r["ragas"].get(n)) for n in ragas))
     out.print(table)
@@ -193,7 +199,8 @@ def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache:
 
 def eval_command(
     questions: Annotated[str, typer.Option(help="a trainset name or YAML definition (its dev split is asked)")],
-    pipeline: Annotated[list[str] | None, typer.Option(help="baseline and/or deep (repeat; default deep)")] = None,
+    pipeline: Annotated[list[str] | None, typer.Option(help="plain (the plainest RAG, a yardstick), baseline and/or "
+                                                       "deep (repeat; default deep)")] = None,
     artifact: Annotated[list[str] | None, typer.Option(help="deep: artifact name/folder or none (repeat)")] = None,
     model: Annotated[list[str] | None, typer.Option(help="model (repeat; default the configured one)")] = None,
     policy: Annotated[list[str] | None, typer.Option(help="deep: llm, plan or learned (the artifact's distilled "
@@ -216,7 +223,7 @@ def eval_command(
     config = load_config(config_file)
     pipelines = pipeline or ["deep"]
     if unknown := set(pipelines) - set(PIPELINES):
-        raise UserError(f"unknown pipeline {sorted(unknown)}; choose baseline or deep")
+        raise UserError(f"unknown pipeline {sorted(unknown)}; choose {', '.join(PIPELINES)}")
     policies = policy or ["llm"]
     if unknown := set(policies) - set(get_args(Policy)):
         raise UserError(f"unknown policy {sorted(unknown)}; choose {', '.join(get_args(Policy))}")

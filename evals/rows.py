@@ -25,7 +25,7 @@ from dspy_rag.web import WebSearch
 if TYPE_CHECKING:  # dspy costs ~0.4 s to import, and every CLI command loads this module
     import dspy
 
-PIPELINES = ("baseline", "deep")
+PIPELINES = ("plain", "baseline", "deep")
 RESULTS = REPO / "evals" / "results"
 
 

@@ -173,11 +173,52 @@ def read_manifest(folder: Path) -> Manifest:
         raise UserError(f"{path} is corrupt (missing fields); recompile the artifact") from exc
 
 
+@dataclass(frozen=True)
+class Rename:
+    """A predictor of an older program that lives on under a new name: its demos' fields renamed, the fields the
+    new signature lacks dropped, and the new signature's own instruction kept (the old one asked for another
+    output)."""
+
+    old: str
+    new: str
+    fields: dict[str, str]
+
+
+# The synthesizer wrote a cited answer and a short answer in JSON; the short answer is now its own plain call.
+RENAMES = (Rename("synthesize", "short_answer.predict", {"evidence": "passages"}),)
+
+
+def migrated_predictors(predictors: dict[str, list[str]], expected: dict[str, list[str]]
+                        ) -> tuple[dict[str, list[str]], list[Rename]]:
+    """The manifest's predictors as this program names them, and the renames that took."""
+    out, renamed = dict(predictors), []
+    for rename in RENAMES:
+        if rename.old in out and rename.old not in expected and rename.new in expected and rename.new not in out:
+            out = {(rename.new if k == rename.old else k): (expected[rename.new] if k == rename.old else v)
+                   for k, v in out.items()}
+            renamed.append(rename)
+    return out, renamed
+
+
+def migrated_state(state: dict[str, Any], renamed: list[Rename], program: dspy.Module) -> dict[str, Any]:
+    """The saved state with each renamed predictor's demos moved to its new name and fields."""
+    predictors = dict(program.named_predictors())
+    for rename in renamed:
+        old = state.pop(rename.old)
+        target = predictors[rename.new]
+        keep = set(target.signature.fields)
+        demos = [{rename.fields.get(k, k): v for k, v in demo.items() if rename.fields.get(k, k) in keep}
+                 for demo in old.get("demos", [])]
+        state[rename.new] = {**target.dump_state(), "demos": demos}
+    return state
+
+
 def load(folder: Path, program: dspy.Module) -> Manifest:
     """Load the artifact's prompts and demos into `program`; its manifest says where it came from."""
     manifest = read_manifest(folder)
     expected = program_signature(program)
-    if manifest.predictors != expected:
+    predictors, renamed = migrated_predictors(manifest.predictors, expected)
+    if predictors != expected:
         raise UserError(f"{folder} was compiled for other modules ({', '.join(manifest.predictors) or 'none'}) than "
                         f"this {type(program).__name__} has; recompile it for this program")
     try:
@@ -188,7 +229,7 @@ def load(folder: Path, program: dspy.Module) -> Manifest:
         raise UserError(f"{folder / STATE_FILE} is corrupt (it does not match its manifest's checksum); "
                         "recompile the artifact")
     try:
-        program.load_state(json.loads(state))
+        program.load_state(migrated_state(json.loads(state), renamed, program))
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{folder / STATE_FILE} does not fit this program ({type(exc).__name__}); recompile") from exc
     return manifest

@@ -1,40 +1,40 @@
-"""The single-shot baseline: one hybrid retrieval (plus the web, when on), one cited answer.
+"""The single-shot baseline: one retrieval of the question (hybrid, plus the web when on), reranked; one
+short answer; the sentence of the passages that states it, cited.
 
 The yardstick for the deep program.
 """
 
 import dspy
 
-from dspy_rag.citations import number_passages, resolve
+from dspy_rag.citations import check_citations, number_passages, resolve
+from dspy_rag.pipelines.evidence import question_passages
 from dspy_rag.pipelines.lm_calls import Unparseable, predict_parsed
-from dspy_rag.retrieval import Retriever, fuse
-from dspy_rag.signatures import AnswerFromPassages
-from dspy_rag.web import WebSearch, WebSearchError
+from dspy_rag.pipelines.short_answer import ShortAnswer, cited_lead
+from dspy_rag.reranker import Reranker
+from dspy_rag.retrieval import Retriever
+from dspy_rag.web import WebSearch
 
 
 class BaselineRAG(dspy.Module):
-    def __init__(self, retriever: Retriever, top_n: int = 4, web: WebSearch | None = None) -> None:
+    def __init__(self, retriever: Retriever, top_n: int = 4, web: WebSearch | None = None,
+                 reranker: Reranker | None = None) -> None:
         super().__init__()
         self.retriever = retriever
         self.top_n = top_n
         self.web = web
-        self.answer = dspy.Predict(AnswerFromPassages)
+        self.reranker = reranker
+        self.answer = ShortAnswer()
 
     def forward(self, question: str) -> dspy.Prediction:
-        rankings = [self.retriever.search(question, "hybrid")]
-        web_error = None
-        if self.web is not None:
-            try:
-                rankings.append(self.web.search(question, self.retriever.top_k))
-            except WebSearchError as exc:  # the answer goes on from the documents; the error is reported
-                web_error = str(exc)
-        passages = fuse(rankings, self.retriever.rrf_k)[: self.top_n]
+        passages, web_error = question_passages(question, self.retriever, self.reranker, self.web, self.top_n)
         if not passages:
             return dspy.Prediction(answer="The index holds no passage that matches the question.", short_answer="",
-                                   draft="", citations=[], passages=[], web_error=web_error)
+                                   draft="", citations=[], passages=[], web_error=web_error, flagged=[])
         result, attempts = predict_parsed(self.answer, {"question": question, "passages": number_passages(passages)})
         if result is None:  # one call, no findings: nothing honest to fall back on
             raise Unparseable(f"the answer's output did not parse in {attempts} attempts")
-        answer, citations = resolve(result.answer, result.cited_passages, passages, result.evidence)
-        return dspy.Prediction(answer=answer, short_answer=result.short_answer, draft=result.answer, citations=citations, passages=passages,
-                               web_error=web_error)
+        draft = cited_lead(result.short_answer, question, passages)
+        answer, citations = resolve(draft, [], passages)
+        flagged = [{"sentence": c.sentence, "reason": c.reason} for c in check_citations(draft, passages) if c.reason]
+        return dspy.Prediction(answer=answer, short_answer=result.short_answer, draft=draft, citations=citations,
+                               passages=passages, web_error=web_error, flagged=flagged)

@@ -1,5 +1,6 @@
 """The deep-thinking program: plan, then per step rewrite, supervise, recall, rerank, distill, reflect
-and decide; finally synthesize a cited answer and check its citations.
+and decide; finally a short answer from the question's own passages and every step's, and a cited answer
+led by the sentence that states it, its citations checked.
 
 Budgets (steps, LM calls, wall clock) end the loop early with an answer from what was found. A module
 whose output cannot be parsed after one retry degrades to a safe fallback, and the trajectory says so.
@@ -12,10 +13,8 @@ from typing import Any, Literal
 import dspy
 
 from dspy_rag.citations import (
-    attribute,
     check_citations,
     citation_validity,
-    cited_numbers,
     number_passages,
     resolve,
     restates,
@@ -26,9 +25,11 @@ from dspy_rag.citations import (
 )
 from dspy_rag.config import BudgetConfig
 from dspy_rag.optimizers.policy_features import live_point
+from dspy_rag.pipelines.evidence import evidence_chars, final_evidence, question_passages
 from dspy_rag.pipelines.learned_policy import LearnedPolicy
 from dspy_rag.pipelines.lm_calls import BudgetExhausted, LMCalls
 from dspy_rag.pipelines.plan_rules import query_for, reason_to_go_on, routed_to_web, without_steps_done
+from dspy_rag.pipelines.short_answer import ShortAnswer, cited_lead
 from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.trajectory import Scored, StepRecord, Trajectory
 from dspy_rag.reranker import Reranker
@@ -41,15 +42,13 @@ from dspy_rag.signatures import (
     Reflect,
     RewriteQuery,
     Step,
-    SynthesizeAnswer,
 )
 from dspy_rag.web import WebSearch, WebSearchError
 
 PolicyMode = Literal["llm", "plan", "learned"]
 Events = Callable[[str, str], None]
 MAX_SECTIONS_SHOWN = 40  # a corpus of many small documents has a title per passage: too many to plan with
-EVIDENCE_PER_STEP = 2
-MAX_EVIDENCE = 6
+EVIDENCE_PER_STEP = 2  # the passages a step's finding cites
 SHARED_TOOLS = frozenset({"retriever", "reranker", "web", "on_event"})
 
 
@@ -71,7 +70,8 @@ def by_plan(steps_left: int) -> tuple[str, str]:
 class DeepResearch(dspy.Module):
     def __init__(self, retriever: Retriever, reranker: Reranker | None = None, web: WebSearch | None = None,
                  top_n: int = 4, budgets: BudgetConfig | None = None, policy: PolicyMode = "llm",
-                 on_event: Events = lambda kind, text: None, learned: LearnedPolicy | None = None) -> None:
+                 on_event: Events = lambda kind, text: None, learned: LearnedPolicy | None = None,
+                 evidence_chars: int = evidence_chars(4096)) -> None:
         super().__init__()
         if policy == "learned" and learned is None:
             raise ValueError("policy 'learned' needs the LearnedPolicy to decide with")
@@ -83,6 +83,7 @@ class DeepResearch(dspy.Module):
         self.policy = policy
         self.on_event = on_event
         self.learned = learned
+        self.evidence_chars = evidence_chars
         self.artifact: str | None = None  # the compiled artifact whose prompts and demos it runs, if any
         self.plan = dspy.Predict(PlanResearch)
         self.rewrite = dspy.Predict(RewriteQuery)
@@ -90,7 +91,7 @@ class DeepResearch(dspy.Module):
         self.distill = dspy.Predict(DistillPassages)
         self.reflect = dspy.Predict(Reflect)
         self.decide = dspy.Predict(DecideNext)
-        self.synthesize = dspy.Predict(SynthesizeAnswer)
+        self.short_answer = ShortAnswer()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> "DeepResearch":
         """Optimizers copy programs to tune their prompts; the tools (index, reranker, web) are shared, not copied."""
@@ -105,7 +106,10 @@ class DeepResearch(dspy.Module):
                             self.web.name if self.web else "off")
         calls = LMCalls(self.budgets, record.calls)
         findings: list[str] = []
-        evidence: list[Passage] = []
+        floor, record.web_error = question_passages(question, self.retriever, self.reranker, self.web, self.top_n)
+        record.floor = [Scored.of(p) for p in floor]
+        self.on_event("sources", "for the question: " + self._sources(floor))
+        read: list[list[Passage]] = []  # each step's reranked passages
         try:
             steps, answers = self._plan(question, findings, calls, record)
             while steps:
@@ -114,13 +118,13 @@ class DeepResearch(dspy.Module):
                                           f"{len(steps)} planned step(s) not done")
                 planned = steps.pop(0)
                 resolved = planned.resolved(answers)
-                step_record, used = self._research(resolved, len(record.steps), findings, calls)
+                step_record, top = self._research(resolved, len(record.steps), findings, calls)
                 if resolved != planned:
                     self._note(step_record.notes, f"planned as: {planned.sub_question}")
                 record.steps.append(step_record)
                 answers.append(answer_in(step_record.finding, step_record.sub_question))
                 findings.append(step_record.finding)
-                evidence += [p for p in used if p.id not in {e.id for e in evidence}]
+                read.append(top)
                 decided = self._decide(question, steps, findings, calls, record)
                 step_record.decision, step_record.decision_reason = decided
                 self.on_event("decision", f"{step_record.decision}: {step_record.decision_reason}")
@@ -131,7 +135,7 @@ class DeepResearch(dspy.Module):
         except BudgetExhausted as exc:
             record.stopped_early = str(exc)
             self.on_event("stop", f"stopped early: {exc}")
-        return self.answer(question, findings, evidence[:MAX_EVIDENCE], calls, record)
+        return self.answer(question, findings, final_evidence(floor, read, self.evidence_chars), calls, record)
 
     def _plan(self, question: str, findings: list[str], calls: LMCalls, record: Trajectory
               ) -> tuple[list[Step], list[str | None]]:
@@ -195,7 +199,7 @@ class DeepResearch(dspy.Module):
         top = (self.reranker.rerank(record.query, candidates, self.top_n) if self.reranker and candidates
                else candidates[: self.top_n])
         record.retrieved, record.reranked = [Scored.of(p) for p in candidates], [Scored.of(p) for p in top]
-        self.on_event("sources", "; ".join(f"{p.section or p.source} ({p.score:.2f})" for p in top) or "none")
+        self.on_event("sources", self._sources(top))
         if not top:
             record.context, record.finding = "nothing found", f"Nothing was found for: {step.sub_question}"
             record.seconds = round(calls.elapsed - started, 3)
@@ -212,7 +216,11 @@ class DeepResearch(dspy.Module):
         record.finding = reflected.finding
         self.on_event("finding", reflected.finding)
         record.seconds = round(calls.elapsed - started, 3)
-        return record, used
+        return record, top
+
+    @staticmethod
+    def _sources(passages: list[Passage]) -> str:
+        return "; ".join(f"{p.section or p.source} ({p.score:.2f})" for p in passages) or "none"
 
     def _decide(self, question: str, remaining: list[Step], findings: list[str], calls: LMCalls,
                 record: Trajectory) -> tuple[str, str]:
@@ -240,52 +248,36 @@ class DeepResearch(dspy.Module):
 
     def answer(self, question: str, findings: list[str], evidence: list[Passage], calls: LMCalls,
                record: Trajectory) -> dspy.Prediction:
-        """The cited answer from the findings and evidence gathered; also what stopping earlier would have given."""
+        """The short answer from the evidence, led by the evidence sentence that states it, then, after several
+        steps, each step's finding cited; also what stopping earlier would have given. The findings stay out of
+        the short answer's prompt: a small model's paraphrase that names the wrong figure outvotes the passages."""
         if not evidence:
             draft, citations, checks = "The research found no passage that answers the question.", [], []
             answer, short = draft, ""
         else:
-            number = {p.id: n for n, p in enumerate(evidence, start=1)}
-            cited_finding = {s.index: f"{s.finding.strip().rstrip('.')} [{number[s.used_passages[0]]}]."
-                             for s in record.steps if s.used_passages and s.used_passages[0] in number}
-            fallback = " ".join(cited_finding.values())
-            written = calls("synthesize", self.synthesize,
-                            lambda: dspy.Prediction(answer=fallback, short_answer=findings[-1] if findings else ""),
-                            final=True, question=question, findings=findings, evidence=number_passages(evidence))
-            short = written.short_answer.strip()
-            draft, record.attributed = attribute(written.answer, evidence)
-            if len(cited_finding) > 1:  # a one-step answer is left to the citation check
-                draft = self._cover_every_step(draft, evidence, record)
+            fallback = dspy.Prediction(short_answer=answer_in(findings[-1], question) or "" if findings else "")
+            short = calls("answer", self.short_answer, lambda: fallback, final=True, question=question,
+                          passages=number_passages(evidence)).short_answer
+            draft = cited_lead(short, question, evidence)
+            if len(record.steps) > 1:  # one step's finding says what the lead says, in a small model's words
+                draft = self._with_findings(draft, evidence, record)
             answer, citations = resolve(draft, [], evidence)
             checks = check_citations(draft, evidence)
         record.answer, record.short_answer, record.citations = answer, short, [vars(c) for c in citations]
         record.flagged = [{"sentence": c.sentence, "reason": c.reason} for c in checks if c.reason]
         record.citation_validity = citation_validity(checks)
         record.seconds = round(calls.elapsed, 3)
-        return dspy.Prediction(answer=answer, short_answer=short, draft=draft, citations=citations, flagged=record.flagged, passages=evidence,
-                               findings=findings, trajectory=record)
+        return dspy.Prediction(answer=answer, short_answer=short, draft=draft, citations=citations,
+                               flagged=record.flagged, passages=evidence, findings=findings, trajectory=record)
 
-    def _cover_every_step(self, draft: str, evidence: list[Passage], record: Trajectory) -> str:
-        """The answer with every step's finding cited. Measured: the 0.5B answered the reference question from
-        its first step only, leaving out the web step that found the MI300X, and it restated a finding without
-        a marker. Sentences restating a step's finding get that step's marker in place; a finding left out is
-        added, cited. The marker names the step's passage that states the sentence, if one does."""
+    @staticmethod
+    def _with_findings(lead: str, evidence: list[Passage], record: Trajectory) -> str:
+        """The lead, then each step's finding that it does not restate, cited by the step's passage that states
+        it (or the one sharing most of its words, which the citation check then flags)."""
         number = {p.id: n for n, p in enumerate(evidence, start=1)}
-        out, marked = sentences(draft), cited_numbers(draft)
-        stated, left_out = [], []
+        out = [lead]
         for step in record.steps:
             own = [number[p] for p in step.used_passages if p in number]
-            if not own or marked & set(own):
-                continue
-            restating = [k for k, sentence in enumerate(out)
-                         if not cited_numbers(sentence) and restates(sentence, step.finding)]
-            for k in restating:
-                out[k] = cited_from(out[k], own, evidence)
-            if not restating:
+            if own and not restates(step.finding, lead):
                 out += [cited_from(sentence, own, evidence) for sentence in sentences(step.finding)]
-            (stated if restating else left_out).append(step.index + 1)
-        for steps, what in ((stated, "stated the finding of step {} uncited; cited it there"),
-                            (left_out, "left out the finding of step {}; added with its citation")):
-            if steps:
-                self._note(record.notes, "the answer " + what.format(", ".join(map(str, steps))))
         return " ".join(out)

@@ -9,7 +9,7 @@ from typing import Any
 
 from dspy_rag.retrieval import Passage
 
-TRAJECTORY_VERSION = 1
+TRAJECTORY_VERSION = 2  # 2: the question's own passages (floor) and their web error; no `attributed`
 
 
 @dataclass
@@ -74,10 +74,11 @@ class Trajectory:
     short_answer: str = ""  # added fields keep the version: readers of version 1 ignore what they do not know
     citations: list[dict[str, str]] = field(default_factory=list)
     flagged: list[dict[str, Any]] = field(default_factory=list)
-    attributed: list[str] = field(default_factory=list)  # uncited sentences the citation check found a source for
     citation_validity: float | None = None
     stopped_early: str | None = None
     notes: list[str] = field(default_factory=list)  # where a rule overrode the planner
+    floor: list[Scored] = field(default_factory=list)  # the question's own reranked passages, the baseline's evidence
+    web_error: str | None = None  # the web search of the question itself failed
     seconds: float = 0.0
 
     @property

@@ -1,13 +1,12 @@
 """Typed DSPy signatures, one role each; each docstring is that role's starting instruction."""
 
-from dspy_rag.signatures.answer import AnswerFromPassages
 from dspy_rag.signatures.distiller import DistillPassages
 from dspy_rag.signatures.planner import PlanResearch, Step
 from dspy_rag.signatures.policy import DecideNext, Decision
 from dspy_rag.signatures.query_rewriter import RewriteQuery
 from dspy_rag.signatures.reflection import Reflect
 from dspy_rag.signatures.retrieval_supervisor import ChooseStrategy
-from dspy_rag.signatures.synthesizer import SynthesizeAnswer
+from dspy_rag.signatures.short_answer import AnswerBriefly
 
-__all__ = ["AnswerFromPassages", "ChooseStrategy", "DecideNext", "Decision", "DistillPassages", "PlanResearch",
-           "Reflect", "RewriteQuery", "Step", "SynthesizeAnswer"]
+__all__ = ["AnswerBriefly", "ChooseStrategy", "DecideNext", "Decision", "DistillPassages", "PlanResearch", "Reflect",
+           "RewriteQuery", "Step"]

@@ -4,7 +4,6 @@ import pytest
 
 from dspy_rag.citations import (
     Citation,
-    attribute,
     check_citations,
     citation_validity,
     number_passages,
@@ -141,13 +140,6 @@ def test_check_citations_flags_each_way_a_sentence_can_fail() -> None:
 def test_a_citation_to_a_passage_on_another_topic_is_not_support() -> None:
     [check] = check_citations("Supply constraints and export controls could harm our business [1].", PASSAGES)
     assert check.supported_by == [] and check.reason == "the cited passage does not state this"
-
-
-def test_attribute_cites_the_passage_that_states_an_uncited_sentence() -> None:
-    answer, attributed = attribute("Export controls could harm our business. Gaming will double.", PASSAGES)
-    assert answer == "Export controls could harm our business [2]. Gaming will double."
-    assert attributed == ["Export controls could harm our business"]
-    assert citation_validity(check_citations(answer, PASSAGES)) == 1.0
 
 
 @pytest.mark.parametrize(("sentence", "restated"), [

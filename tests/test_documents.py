@@ -1,12 +1,14 @@
-"""Readers: the real NVIDIA 10-K, Markdown, text, ordinary HTML, a hand-built PDF, and bad input."""
+"""Readers: the real NVIDIA 10-K, Markdown, text, ordinary HTML, a hand-built PDF, page furniture, and bad input."""
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from conftest import TENK
-from dspy_rag.documents import Document, Section, kind_of, parse, read_bytes, read_html
+from dspy_rag.chunking import Chunk, chunk_document
+from dspy_rag.documents import Document, Section, drop_page_furniture, kind_of, parse, read_bytes, read_html
 from dspy_rag.errors import UserError
 
 REQUIRED_ITEMS = ("Item 1.", "Item 1A.", "Item 2.", "Item 7.", "Item 7A.", "Item 8.")
@@ -38,15 +40,16 @@ def section_text(document: Document, prefix: str) -> str:
 
 
 def build_pdf(pages: list[str]) -> bytes:
-    """A minimal valid PDF: one Helvetica text line per page, with an exact xref table."""
+    """A minimal valid PDF: each page's text in Helvetica, one line per '\n', with an exact xref table."""
     kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(pages)))
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode(),
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
-    for i, line in enumerate(pages):
-        stream = f"BT /F1 12 Tf 72 720 Td ({line}) Tj ET".encode()
+    for i, page in enumerate(pages):
+        shown = " T* ".join(f"({line}) Tj" for line in page.split("\n"))
+        stream = f"BT /F1 12 Tf 14 TL 72 720 Td {shown} ET".encode()
         objects.append(
             f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
             f"/Resources << /Font << /F1 3 0 R >> >> /Contents {5 + 2 * i} 0 R >>".encode()
@@ -95,7 +98,7 @@ def test_10k_table_of_contents_is_not_a_section_start(tenk: Document) -> None:
 
 
 def test_10k_hidden_xbrl_header_is_dropped(tenk: Document) -> None:
-    assert tenk.text.startswith("Table of Contents\nUNITED STATES")
+    assert tenk.text.startswith("UNITED STATES\nSECURITIES AND EXCHANGE COMMISSION")
     for xbrl in ("dei:", "us-gaap:", "xbrli:", "iso4217", "fasb.org", "0001045810"):
         assert xbrl not in tenk.text
 
@@ -117,6 +120,100 @@ def test_10k_financial_table_cells_are_compacted(tenk: Document) -> None:
     assert "$ |" not in tenk.text
     assert "| %" not in tenk.text and "| )" not in tenk.text
     assert "| |" not in tenk.text
+
+
+# --- the real 10-K's page furniture: 92 printed pages, a contents link atop each, page numbers 2-92 below
+
+PAGE_NUMBER = re.compile(r"\d{1,3}")
+# The page column of the two contents lists (the filing's and Item 15's index of financial statements): real text.
+CONTENTS_PAGES = {"Front matter": [4, 15, 33, 33, 34, 34, 34, 35, 36, 46, 47, 47, 47, 48, 48, 48, 49, 49, 50, 50, 51,
+                                   90, 91],
+                  "Item 15.": [52, 54, 55, 56, 57, 58, 59, 87, 88]}
+
+
+@pytest.fixture(scope="module")
+def tenk_chunks(tenk: Document) -> list[Chunk]:
+    return chunk_document(tenk)
+
+
+def test_10k_chunks_have_no_page_number_lines(tenk: Document, tenk_chunks: list[Chunk]) -> None:
+    for section in tenk.sections:
+        lines = tenk.text[section.start : section.end].split("\n")
+        contents = next((pages for prefix, pages in CONTENTS_PAGES.items() if section.title.startswith(prefix)), [])
+        assert [int(line) for line in lines if PAGE_NUMBER.fullmatch(line)] == contents, section.title
+    assert not [line for chunk in tenk_chunks if not chunk.section.startswith(tuple(CONTENTS_PAGES))
+                for line in chunk.text.split("\n") if PAGE_NUMBER.fullmatch(line)]
+
+
+def test_10k_chunks_have_no_table_of_contents_links(tenk_chunks: list[Chunk]) -> None:
+    assert not [chunk.id for chunk in tenk_chunks if "table of contents" in chunk.text.lower().split("\n")]
+
+
+def test_10k_running_headers_are_kept_only_where_they_are_titles(tenk: Document) -> None:
+    lines = tenk.text.split("\n")
+    # On 34 and 28 pages; the first occurrence is the title of the statements and of their notes.
+    assert lines.count("NVIDIA CORPORATION AND SUBSIDIARIES") == 1
+    assert lines.count("NOTES TO THE CONSOLIDATED FINANCIAL STATEMENTS") == 1
+    assert "NVIDIA CORPORATION AND SUBSIDIARIES\nCONSOLIDATED STATEMENTS OF INCOME\n" in tenk.text
+    assert "NOTES TO THE CONSOLIDATED FINANCIAL STATEMENTS\nNote 1 - Organization and Summary" in tenk.text
+
+
+def test_10k_sections_unchanged_and_chunk_count_sane(tenk: Document, tenk_chunks: list[Chunk]) -> None:
+    assert [s.title.split(". ")[0] for s in tenk.sections] == [
+        "Front matter", "Item 1", "Item 1A", "Item 1B", "Item 2", "Item 3", "Item 4", "Item 5", "Item 6", "Item 7",
+        "Item 7A", "Item 8", "Item 9", "Item 9A", "Item 9B", "Item 9C", "Item 10", "Item 11", "Item 12", "Item 13",
+        "Item 14", "Item 15", "Item 16"]
+    # 470 chunks of 321,180 characters with the furniture; it was 1.5% of the text.
+    assert 455 <= len(tenk_chunks) < 470
+    assert 315_000 < len(tenk.text) < 321_180
+
+
+@pytest.mark.parametrize(
+    "passage",
+    [
+        # Page 37 ends after the first sentence; its number and the next page's contents link came between.
+        "Revenue for fiscal year 2023 revenue was $26.97 billion, flat compared with a year ago.\n"
+        "Data Center revenue was up 41% from a year ago",
+        # A sentence the break after page 11 cut in two.
+        "the responsible use of AI, climate change, cryptocurrency, and consumer laws, could increase our costs",
+    ],
+)
+def test_10k_text_runs_on_across_a_page_break(tenk_chunks: list[Chunk], passage: str) -> None:
+    assert any(passage in chunk.text for chunk in tenk_chunks)
+
+
+# --- page furniture in general -------------------------------------------------------------------------
+
+
+def test_page_furniture_is_peeled_from_page_edges_only() -> None:
+    pages = [["ACME CORP", "Contents", "Risk Factors", "4", "i"],
+             ["Table of Contents", "ACME CORP", "Revenue grew.", "Year Ended", "Sales | 10 | 20", "ii"],
+             ["ACME CORP", "Year Ended", "Sales | 30 | 40", "Margins held.", "Page 3 of 4"],
+             ["Return to Table of Contents", "ACME CORP", "Year Ended", "2021", "Costs fell.", "- 4 -"]]
+    assert drop_page_furniture(pages) == [
+        # The running header stays where it first appears; one page number per edge, so a contents entry stays.
+        ["ACME CORP", "Contents", "Risk Factors", "4"],
+        ["Revenue grew.", "Year Ended", "Sales | 10 | 20"],
+        ["Year Ended", "Sales | 30 | 40", "Margins held."],
+        ["Year Ended", "2021", "Costs fell."],
+    ]
+
+
+def test_single_page_keeps_lone_numbers() -> None:
+    assert drop_page_furniture([["Table of Contents", "Score", "42"]]) == [["Score", "42"]]
+
+
+def test_pdf_running_header_and_page_numbers_are_dropped() -> None:
+    pages = [f"ACME Corp Annual Report\n{text}\nPage {n} of 3"
+             for n, text in enumerate(["Revenue grew strongly", "Margins held steady", "Costs fell"], start=1)]
+    document = parse(build_pdf(pages), "x.pdf", "pdf")
+    assert titled_spans(document) == [("Page 1", "ACME Corp Annual Report\nRevenue grew strongly\n"),
+                                      ("Page 2", "Margins held steady\n"), ("Page 3", "Costs fell")]
+
+
+def test_text_form_feeds_mark_pages() -> None:
+    text = "Field notes\nIntro.\n1\n\fField notes\nMiddle.\n2\n\fField notes\nEnd.\n3\n"
+    assert parse(text.encode(), "notes.txt", "text").text == "Field notes\nIntro.\nMiddle.\nEnd."
 
 
 # --- a small SEC-style filing, for what this 10-K does not exercise ------------------------------------

@@ -19,12 +19,12 @@ from dspy_rag.optimizers.train_reranker import (
     train_reranker,
 )
 from dspy_rag.reranker import (
+    SHIPPED,
     CrossEncoderReranker,
     MiniLMReranker,
     bridged,
     load_reranker,
     names,
-    SHIPPED,
     trained_folder,
     training_manifest,
     weights_sha256,
