@@ -63,14 +63,15 @@ class PlainAdapter(dspy.Adapter):
 
     def parse(self, signature: type[dspy.Signature], completion: str) -> dict[str, Any]:
         """The reply's first non-empty line, without an "Answer:" label; a JSON object naming the field (as a
-        served model or a scripted LM may send) gives that field."""
+        served model or a scripted LM may send) gives that field, and one cut short does not parse."""
         name = self.output_name(signature)
         text = completion.strip()
         if text.startswith("{"):
             try:
                 value = json.loads(text)
-            except json.JSONDecodeError:
-                value = None
+            except json.JSONDecodeError as exc:  # a JSON object never closed is a reply cut short, not an answer
+                raise AdapterParseError(adapter_name="PlainAdapter", signature=signature, lm_response=completion,
+                                        message=f"the reply opens a JSON object that does not parse ({exc.msg})")
             if isinstance(value, dict) and isinstance(value.get(name), str):
                 text = value[name].strip()
         line = next((line.strip() for line in text.splitlines() if line.strip()), "")

@@ -21,27 +21,20 @@ DEFAULT_THRESHOLD = 0.5  # a bootstrapped demo must come from a run at least thi
 
 
 def example_of(question: Question) -> dspy.Example:
-    """The gold answer is the short answer: a labeled demo must not teach the cited answer to drop its citations.
-    A gold plan, where the dataset has one, becomes the planner's labeled demo; gold supporting sentences, the
-    synthesizer's."""
+    """The gold answer is the short answer. A gold plan, where the dataset has one, becomes the planner's labeled
+    demo; the gold supporting paragraphs with the short answer, the short answer's."""
     gold_plan = {"steps": [Step(**{"justification": f"part {n} of the question", **step})
                            for n, step in enumerate(question.plan, start=1)]} if question.plan else {}
     return dspy.Example(id=question.id, question=question.question, short_answer=question.answer,
                         aliases=list(question.aliases), gold_passages=list(question.gold_passages),
                         gold_sections=list(question.gold_sections), **gold_plan,
-                        **cited_answer(question.support)).with_inputs("question")
+                        **shown_with_support(question.support)).with_inputs("question")
 
 
-def cited_answer(support: Sequence[Support]) -> dict[str, Any]:
-    """The synthesizer's inputs and cited answer, written from the sentences that state the answer: each
-    paragraph's sentences are one finding, and each sentence is cited in the answer. Measured: without such demos
-    the 0.5B synthesizer wrote its short answer as a whole sentence; with three, HotpotQA dev F1 went from
-    0.089 to 0.296."""
-    if not support:
-        return {}
-    evidence = gold_evidence(support)
-    answer = " ".join(f"{sentence.rstrip('.')} [{n}]." for n, s in enumerate(support, start=1) for sentence in s.sentences)
-    return {"findings": [" ".join(s.sentences) for s in support], "evidence": number_passages(evidence), "answer": answer}
+def shown_with_support(support: Sequence[Support]) -> dict[str, Any]:
+    """The passages that state the answer, numbered as the short answer's prompt shows them: with the gold short
+    answer they label its demos."""
+    return {"passages": number_passages(gold_evidence(support))} if support else {}
 
 
 def gold_evidence(support: Sequence[Support]) -> list[Passage]:

@@ -3,7 +3,7 @@ scored as well as going on?
 
 A question is run with the plan policy, so that every step of the plan is researched and each decision
 point has a continuation to compare with. At each decision point (every step but the last) the answer is
-re-synthesized from the findings and evidence gathered so far (one synthesize call) and scored with the
+answered again from the evidence gathered so far (one short-answer call) and scored with the
 metric, and the policy LM is asked what it would have decided there (one policy call), to compare with.
 The last step's score is the final answer's. With a cost per step, stopping after step i is worth
 score[i] - cost * (i + 1), and the label is the optimal-stopping one: FINISH when stopping now is worth at
@@ -74,8 +74,9 @@ def decision_at(program: DeepResearch, example: dspy.Example, metric: ResearchMe
     remaining = [s["sub_question"] for s in trajectory.plans[point.revisions][-point.steps_left:]]
     calls = LMCalls(program.budgets, [])
     lm_decision, _ = program.ask_policy(example.question, remaining, findings, calls)
-    read = {passage for step in point.steps for passage in step.used_passages}
-    # The evidence is gathered in step order, so what the steps so far read comes first among the final passages.
+    read = {s.id for s in trajectory.floor} | {s.id for step in point.steps for s in step.reranked}
+    # What the answer would have been written from had the research stopped here: the floor and the passages of
+    # the steps so far, as far as the final evidence holds them.
     evidence = [p for p in prediction.passages if p.id in read]
     stopped = replace(trajectory, steps=list(point.steps), calls=calls.records)
     answer = program.answer(example.question, findings, evidence, calls, stopped)

@@ -31,7 +31,10 @@ class Optimizer:
 
 
 def labels_all_outputs(example: dspy.Example, predictor: dspy.Predict) -> bool:
-    return all(example.get(name) is not None for name in predictor.signature.output_fields)
+    """The example labels every output, and shows the passages when the predictor reads passages: an answer
+    demo without them teaches answering from nothing."""
+    needed = [*predictor.signature.output_fields, *(n for n in predictor.signature.input_fields if n == "passages")]
+    return all(example.get(name) is not None for name in needed)
 
 
 class LabeledPerModule(LabeledFewShot):

@@ -14,6 +14,7 @@ from dspy_rag.index import Index
 from dspy_rag.optimizers import artifacts
 from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.retrieval import Retriever
+from dspy_rag.signatures import AnswerBriefly
 
 QUESTION = "What was NVIDIA's Data Center revenue in fiscal 2023?"
 ONE_STEP_RUN: list[dict[str, Any]] = [
@@ -22,17 +23,16 @@ ONE_STEP_RUN: list[dict[str, Any]] = [
     {"query": "Data Center revenue fiscal 2023"}, {"strategy": "hybrid", "reason": "figures"},
     {"context": "Data Center revenue was $15.01 billion [1].", "used_passages": [1]},
     {"finding": "Data Center revenue was $15.01 billion."}, {"decision": "FINISH", "reason": "answered"},
-    {"answer": "Data Center revenue was $15.01 billion [1].", "short_answer": "$15.01 billion"},
+    {"short_answer": "$15.01 billion"},
 ]
 
 
 def compiled(index: Index) -> DeepResearch:
-    """A program as an optimizer leaves it: a new planner instruction and a demo for the synthesizer."""
+    """A program as an optimizer leaves it: a new planner instruction and a demo for the short answer."""
     program = DeepResearch(Retriever(index, top_k=10))
     program.plan.signature = program.plan.signature.with_instructions("Plan in at most two steps.")
-    program.synthesize.demos = [dspy.Example(question="Who makes the H100?", findings=["NVIDIA makes it."],
-                                             evidence=["[1] NVIDIA makes the H100."],
-                                             answer="NVIDIA [1].")]
+    program.short_answer.predict.demos = [dspy.Example(question="Who makes the H100?",
+                                                       passages=["[1] NVIDIA makes the H100."], short_answer="NVIDIA")]
     return program
 
 
@@ -74,12 +74,26 @@ def test_the_shipped_default_loads_into_the_current_program(tenk_index: Index) -
     program = DeepResearch(Retriever(tenk_index, top_k=10))
     info = artifacts.load(artifacts.SHIPPED / "deep-qwen2.5-coder-0.5b", program)
     assert info.model == "local/qwen2.5-coder-0.5b" and info.dev_after > info.dev_before
-    assert program.synthesize.demos and all(d["short_answer"] and "[1]" in d["answer"] for d in program.synthesize.demos)
+    # Compiled for the synthesizer of an older program: its demos now show the short answer its passages.
+    demos = program.short_answer.predict.demos
+    assert demos and all(set(d) == {"question", "passages", "short_answer"} and d["passages"][0].startswith("[1] ")
+                         for d in demos)
+    assert program.short_answer.predict.signature.instructions == AnswerBriefly.instructions
+
+
+def test_an_older_programs_predictor_is_migrated_only_where_the_program_has_its_new_name() -> None:
+    old = {"plan": ["question", "->", "steps"], "synthesize": ["question", "findings", "evidence", "->", "answer",
+                                                               "short_answer"]}
+    expected = {"plan": ["question", "->", "steps"], "short_answer.predict": ["passages", "question", "->",
+                                                                               "short_answer"]}
+    predictors, renamed = artifacts.migrated_predictors(old, expected)
+    assert predictors == expected and [r.old for r in renamed] == ["synthesize"]
+    assert artifacts.migrated_predictors(old, old) == (old, [])  # a program that still has it: nothing moves
 
 
 def test_no_lm_settings_or_keys_reach_the_artifact(tenk_index: Index, tmp_path: Path) -> None:
     program = compiled(tenk_index)
-    program.synthesize.lm = dspy.LM("openai/gpt-4o-mini", api_key="sk-secret-value")
+    program.short_answer.predict.lm = dspy.LM("openai/gpt-4o-mini", api_key="sk-secret-value")
     artifacts.save(tmp_path / "a", program, manifest(predictors=artifacts.program_signature(program)), [])
     assert "sk-secret" not in "".join(p.read_text() for p in (tmp_path / "a").iterdir())
 

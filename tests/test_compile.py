@@ -19,6 +19,7 @@ from dspy_rag.optimizers import compile as compiling
 from dspy_rag.optimizers.ledger import read
 from dspy_rag.optimizers.metric import ResearchMetric, example_of, gold_evidence
 from dspy_rag.optimizers.teleprompters import OPTIMIZERS, LabeledPerModule
+from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
 from dspy_rag.trainsets.formats import Question
 from dspy_rag.trainsets.registry import load_trainset
 
@@ -52,9 +53,9 @@ def test_bootstrap_keeps_demos_from_passing_runs_and_records_everything(trainset
     folder = settings.artifacts.path / "tiny-bootstrap"
     state = json.loads((folder / "program.json").read_text())
     # the two passing train runs (q1, q3) became demos, each predictor gets one trace per run
-    synthesizer_demos = state["synthesize"]["demos"]
-    assert [d["short_answer"] for d in synthesizer_demos] == ["$15.01 billion"] * 2
-    assert all(d.get("augmented") for d in synthesizer_demos)  # traced, complete demos only: no raw examples
+    answer_demos = state["short_answer.predict"]["demos"]
+    assert [d["short_answer"] for d in answer_demos] == ["$15.01 billion"] * 2
+    assert all(d.get("augmented") for d in answer_demos)  # traced, complete demos only: no raw examples
     assert {d["question"] for d in state["plan"]["demos"] if d.get("augmented")} == {
         "Question 1: what was the revenue?", "Question 3: what was the revenue?"}
     assert manifest.dev_questions == 2 and set(manifest.dev_scores) == {"q5", "q6"}
@@ -62,7 +63,7 @@ def test_bootstrap_keeps_demos_from_passing_runs_and_records_everything(trainset
     assert manifest.lm_calls == len(scripted[0].history) > 0
     learned = [json.loads(line) for line in (folder / "trajectories.jsonl").read_text().splitlines()]
     assert [t["example"] for t in learned] == ["q1", "q2", "q3"]  # two demos wanted: q4 was never needed
-    assert all(t["trajectory"]["version"] == 1 and t["trajectory"]["steps"] for t in learned)
+    assert all(t["trajectory"]["version"] == TRAJECTORY_VERSION and t["trajectory"]["steps"] for t in learned)
     entries = read(settings.artifacts.path / "ledger.jsonl")
     assert [(e.kind, e.artifact, e.optimizer, e.score, e.score_before) for e in entries] == [
         ("compile", "tiny-bootstrap", "bootstrap", manifest.dev_after, manifest.dev_before)]
@@ -82,8 +83,8 @@ def test_labeled_few_shot_makes_no_lm_calls_to_optimize(trainset: Path, settings
     manifest = run(trainset, settings, "labeled")
     assert manifest.lm_calls == 4 * len(REPLIES)  # two dev questions before and after, seven calls a run
     state = json.loads((settings.artifacts.path / "tiny-labeled" / "program.json").read_text())
-    # no example labels the synthesizer's cited answer, so it gets no demo that would show "Not supplied"
-    assert state["synthesize"]["demos"] == []
+    # no example shows the passages of its answer, so the short answer gets no demo that would show "Not supplied"
+    assert state["short_answer.predict"]["demos"] == []
     # only q1 is labeled with a plan, so the planner gets that one demo rather than unusable ones
     assert [d["question"] for d in state["plan"]["demos"]] == ["Question 1: what was the revenue?"]
     assert [s["sub_question"] for s in state["plan"]["demos"][0]["steps"]] == ["What was Data Center revenue?"]
@@ -161,7 +162,7 @@ def test_the_metric_speaks_every_shape_dspy_calls_it_with() -> None:
     assert metric(example, prediction, trace=[]) is True
     wrong = dspy.Prediction(answer="Intel.", short_answer="Intel", draft="Intel.", passages=[])
     assert metric(example, wrong, trace=[]) is False
-    feedback = metric(example, wrong, None, "synthesize", None)
+    feedback = metric(example, wrong, None, "short_answer.predict", None)
     assert feedback.score == 0.0 and "TSMC and Samsung" in feedback.feedback
     with pytest.raises(ValueError, match="unknown score components"):
         ResearchMetric({"f2": 1.0})
@@ -186,8 +187,7 @@ def test_musique_decompositions_become_the_planners_labeled_demos(tenk_index: An
     assert musique[0].plan[1]["sub_question"] in "".join(m["content"] for m in prompt)
 
 
-def test_hotpotqa_supporting_sentences_become_the_synthesizers_labeled_demos(tenk_index: Any) -> None:
-    from dspy_rag.citations import check_citations
+def test_hotpotqa_supporting_paragraphs_become_the_short_answers_labeled_demos(tenk_index: Any) -> None:
     from dspy_rag.pipelines.deep import DeepResearch
     from dspy_rag.retrieval import Retriever
 
@@ -200,17 +200,14 @@ def test_hotpotqa_supporting_sentences_become_the_synthesizers_labeled_demos(ten
     compiled = LabeledPerModule(k=2).compile(DeepResearch(Retriever(tenk_index, top_k=5)),
                                              trainset=[example_of(q) for q in questions])
     assert compiled.plan.demos == []  # HotpotQA labels no plan
-    demos = compiled.synthesize.demos
+    demos = compiled.short_answer.predict.demos
     assert len(demos) == 2 and {d.short_answer for d in demos} <= {q.answer for q in questions}
     by_question = {q.question: q for q in questions}
-    for demo in demos:  # every sentence of the demo's answer is stated by the passage it cites
-        support = by_question[demo.question].support
-        evidence = gold_evidence(support)
-        checks = check_citations(demo.answer, evidence)
-        assert len(checks) == sum(len(s.sentences) for s in support)
-        assert all(c.reason is None for c in checks)
-        assert demo.evidence[0].startswith("[1] ") and len(demo.findings) == len(evidence)
-    assert example_of(Question("q", "Who?", "A")).get("answer") is None  # no support: the synthesizer gets no demo
+    for demo in demos:  # the demo shows the supporting paragraphs as the index does, numbered
+        evidence = gold_evidence(by_question[demo.question].support)
+        assert len(demo.passages) == len(evidence) and demo.passages[0].startswith("[1] ")
+        assert all(p.text in shown for p, shown in zip(evidence, demo.passages, strict=True))
+    assert example_of(Question("q", "Who?", "A")).get("passages") is None  # no support: no short-answer demo
 
 
 def test_ask_runs_an_artifact_under_another_model_and_says_so(trainset: Path, settings: Config,

@@ -19,17 +19,12 @@ from dspy_rag.optimizers.ledger import read
 from dspy_rag.pipelines.baseline import BaselineRAG
 from dspy_rag.pipelines.lm_calls import Unparseable
 
-BASELINE_REPLY = {"evidence": "Gaming revenue for fiscal year 2023 was $9.07 billion",
-                  "answer": "Gaming revenue was $9.07 billion [1].", "cited_passages": [1],
-                  "short_answer": "$9.07 billion"}
-
-
 @pytest.fixture()
 def scripted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[DummyLM]:
     made: list[DummyLM] = []
 
     def build_lm(_config: Any) -> DummyLM:
-        made.append(DummyLM({"`evidence`": BASELINE_REPLY, **REPLIES}, adapter=dspy.JSONAdapter()))
+        made.append(DummyLM(REPLIES, adapter=dspy.JSONAdapter()))
         return made[-1]
 
     monkeypatch.setattr(models, "build_lm", build_lm)
@@ -48,12 +43,12 @@ def test_baseline_beside_deep_with_deltas_report_and_ledger(trainset: Path, tmp_
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "out" / "results.json").read_text())
     deep, baseline = report["columns"]["deep@qwen2.5-coder-0.5b"], report["columns"]["baseline@qwen2.5-coder-0.5b"]
-    # the scripted deep answer is right for q5 and wrong for q6; the baseline's shares only "billion" with q5
+    # both programs' scripted short answer is right for q5 and wrong for q6
     assert [r["f1"] for r in report["rows"]["deep@qwen2.5-coder-0.5b"]] == [1.0, 0.0]
-    assert deep["f1"] == 0.5 and baseline["f1"] == 0.25
+    assert deep["f1"] == baseline["f1"] == 0.5 and baseline["f1_delta"] == 0.0 and "f1_delta" not in deep
     assert len(scripted) == 1  # one model, loaded once for both columns
-    assert baseline["delta"] == pytest.approx(baseline["score"] - deep["score"], abs=1e-4) and baseline["delta"] < 0
-    assert baseline["delta_ci"] == "(too few questions for an interval)"
+    assert baseline["delta"] == pytest.approx(baseline["score"] - deep["score"], abs=1e-4)
+    assert baseline["delta_ci"] == baseline["f1_delta_ci"] == "(too few questions for an interval)"
     assert "| deep@qwen2.5-coder-0.5b |" in (tmp_path / "out" / "report.md").read_text()
     kept = [json.loads(line) for line in (tmp_path / "out" / "trajectories.jsonl").read_text().splitlines()]
     assert [(k["pipeline"], k["id"]) for k in kept] == [("deep@qwen2.5-coder-0.5b", "q5"), ("deep@qwen2.5-coder-0.5b", "q6")]
@@ -116,7 +111,7 @@ def test_a_question_the_program_cannot_answer_scores_zero_and_the_eval_goes_on(
     report = json.loads((tmp_path / "out" / "results.json").read_text())
     rows = report["rows"]["baseline@qwen2.5-coder-0.5b"]
     assert [(r["id"], r["failed"], r["f1"]) for r in rows] == [
-        ("q5", None, 0.5), ("q6", "the answer's output did not parse in 2 attempts", 0.0)]
+        ("q5", None, 1.0), ("q6", "the answer's output did not parse in 2 attempts", 0.0)]
     assert report["columns"]["baseline@qwen2.5-coder-0.5b"]["failed"] == 1
 
 

@@ -65,7 +65,7 @@ def recorded() -> Trajectory:
     calls = [call("plan", None), *(call(m, 0) for m in ("rewrite", "supervise", "distill", "reflect")),
              call("policy", None), call("rewrite", 1), call("distill", 1, attempts=2, degraded=True),
              call("reflect", 1), call("policy", None), call("plan", None), call("rewrite", 2), call("supervise", 2),
-             call("policy", None), call("synthesize", None)]
+             call("policy", None), call("answer", None)]
     plans = [[{"sub_question": q} for q in ("Data Center revenue?", "Growth?", "Competition?")],
              [{"sub_question": "What did AMD launch?"}]]
     return Trajectory(ASKED, "llm", "none", "tavily", plans, [first, second, third], calls)
@@ -128,7 +128,7 @@ def fake_embed_any(texts: list[str]) -> np.ndarray:
 
 
 def answer(short: str) -> dict[str, str]:
-    return {"answer": f"It was {short} [1].", "short_answer": short}
+    return {"short_answer": short}
 
 
 def test_labels_of_a_scripted_run_follow_from_the_stop_scores(policy_workspace: Path) -> None:
@@ -147,10 +147,12 @@ def test_labels_of_a_scripted_run_follow_from_the_stop_scores(policy_workspace: 
     assert traced.labels(0.02) == [False, True]
     assert [d.lm_decision for d in traced.decisions] == ["CONTINUE", "REVISE"]
     assert [d.features["steps_left"] for d in traced.decisions] == [2, 1]
-    assert len(lm.history) == len(run + at_decisions)  # one policy and one synthesize call per decision point
+    assert len(lm.history) == len(run + at_decisions)  # one policy and one answer call per decision point
     prompts = [entry["messages"][-1]["content"] for entry in lm.history]
     assert "Competition?" in prompts[14] and gaming not in prompts[14]  # the policy sees the steps left
-    assert gaming not in prompts[15] and gaming in prompts[17]  # the stop answers see the findings so far only
+    # the stop answers read the passages gathered so far: never more than the final answer did
+    shown = [prompt.count("\n[") + prompt.startswith("Passages:\n[") for prompt in (prompts[15], prompts[17], prompts[13])]
+    assert shown[0] <= shown[1] <= shown[2]
 
 
 def test_only_a_plan_following_run_can_be_labelled(policy_workspace: Path) -> None:
@@ -212,21 +214,22 @@ def test_a_missing_or_unreadable_policy_says_to_distill_one(tmp_path: Path) -> N
 # --- ask and distill-policy with a scripted LM ------------------------------------------------------------------
 
 def two_step_replies(decision: str = "CONTINUE") -> dict[str, dict[str, Any]]:
-    """Dict replies chosen by prompt: a two-step plan; the second step finds the Gaming figure, and an answer
-    written from both findings says $9.07 billion, one written from the first alone $15.01 billion. Order
-    matters: the first key a prompt contains wins."""
+    """Dict replies chosen by prompt: a two-step plan; the second step finds the Gaming passage, and an answer
+    written from both passages says $9.07 billion, one written from the first alone $15.01 billion. A query
+    sharing no word with its step searches the step's sub-question (the query guard), so each step reads its
+    own file. Order matters: the first key a prompt contains wins."""
     return {
         "`steps`": {"steps": [{"sub_question": q, "tool": "search_docs", "keywords": [], "section": None,
                                "justification": "needed"} for q in ("What was Data Center revenue?",
                                                                      "What was Gaming revenue?")]},
-        "`query`": {"query": "revenue fiscal 2023"},
+        "`query`": {"query": "zzz"},
         "`strategy`": {"strategy": "hybrid", "reason": "figures"},
         "`context`": {"context": "Revenue figures [1].", "used_passages": [1]},
         "`decision`": {"decision": decision, "reason": "scripted"},
         "What was Gaming revenue?": {"finding": "Gaming revenue was $9.07 billion."},
         "`finding`": {"finding": "Data Center revenue was $15.01 billion."},
-        "Gaming revenue was $9.07 billion": answer("$9.07 billion"),
-        "`short_answer`": answer("$15.01 billion"),
+        "\n\n[2] gaming.md": answer("$9.07 billion"),
+        "Question:\n": answer("$15.01 billion"),
     }
 
 
@@ -234,13 +237,15 @@ def two_step_replies(decision: str = "CONTINUE") -> dict[str, dict[str, Any]]:
 def policy_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A trainset whose stop-after-one-step answer is right for q1, q3 and the full one for q2, q4; an artifact
     of the uncompiled program; a configuration naming both; every LM a scripted one."""
-    (tmp_path / "facts.md").write_text(FACTS)
+    data_center, gaming = FACTS.split("\n\n")
+    (tmp_path / "facts.md").write_text(data_center)
+    (tmp_path / "gaming.md").write_text(gaming)
     golds = ["$15.01 billion", "$9.07 billion", "15.01 billion", "9.07 billion", "$15.01 billion"]
-    rows = [{"id": f"q{n}", "question": f"Question {n}: what was the revenue?", "answer": gold,
+    rows = [{"id": f"q{n}", "question": f"Question {n}: what was the Data Center revenue?", "answer": gold,
              "split": "dev" if n == 5 else "train"} for n, gold in enumerate(golds, start=1)]
     (tmp_path / "qs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "tiny.yaml").write_text("name: tiny\ndescription: two facts\nquestions: qs.jsonl\n"
-                                        "documents: [facts.md]\nsplit: {field: split}\n")
+                                        "documents: [facts.md, gaming.md]\nsplit: {field: split}\n")
     settings = config_of(tmp_path)
     program = build_program("deep", settings, Index(settings), None)
     artifacts.save(settings.artifacts.path / "tiny-art", program, artifacts.Manifest(
@@ -249,7 +254,7 @@ def policy_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         metric="weighted", weights=dict(DEFAULT_WEIGHTS), dev_questions=1, dev_before=None, dev_after=None), [])
     (tmp_path / "dspy-rag.yaml").write_text(f"artifacts: {{path: {settings.artifacts.path}}}\n"
                                             f"index: {{path: {tiny_index(tmp_path).root}}}\n"
-                                            "retrieval: {reranker: none}\n")
+                                            "retrieval: {reranker: none, top_n: 1}\n")
     monkeypatch.setattr(models, "build_lm", lambda _config: DummyLM(two_step_replies(), adapter=dspy.JSONAdapter()))
     return tmp_path
 
@@ -278,7 +283,7 @@ def test_ask_with_the_learned_policy_makes_no_policy_call(policy_workspace: Path
     always_finish().save(policy_workspace / "artifacts" / "tiny-art")
     trajectory = ask_json("--policy", "learned")
     assert [c["module"] for c in trajectory["calls"]] == ["plan", "rewrite", "supervise", "distill", "reflect",
-                                                          "synthesize"]
+                                                          "answer"]
     decided = trajectory["steps"][0]
     assert len(trajectory["steps"]) == 1 and decided["decision"] == "FINISH"
     assert decided["finish_probability"] == pytest.approx(1 / (1 + np.exp(-3.0)), abs=1e-4)

@@ -230,7 +230,8 @@ def test_instructions_inside_documents_and_web_pages_change_nothing(workspace: P
     systems = [[m["content"] for m in r["messages"] if m["role"] == "system"] for r in attacked["requests"]]
     assert systems == [[m["content"] for m in r["messages"] if m["role"] == "system"] for r in clean["requests"]]
     carried = [m for r in attacked["requests"] for m in r["messages"] if INJECTION in m["content"]]
-    assert carried and all(m["role"] == "user" and "[[ ## " in m["content"] for m in carried)  # a field's value
+    assert carried and all(m["role"] == "user" and ("[[ ## " in m["content"] or m["content"].startswith("Passages:\n"))
+                           for m in carried)  # a field's value
     assert {s["tool"] for s in attacked["output"]["trajectory"]["steps"]} == {"search_web", "search_docs"}
     assert [attacked["output"][k] for k in ("answer", "short_answer")] == [clean["output"][k]
                                                                           for k in ("answer", "short_answer")]
