@@ -67,6 +67,17 @@ class BudgetConfig(Section):
     wall_clock_seconds: float = Field(300.0, gt=0)
 
 
+class GuardConfig(Section):
+    """Which guards stand over the deep program's LM modules (pipelines/guards.py); each is on by default."""
+
+    web_routing: bool = Field(True, description="send a step to the web when the question asks for newer facts")
+    repeated_step: bool = Field(True, description="skip a revised plan's step already researched word for word")
+    query_guard: bool = Field(True, description="search the sub-question when the rewritten query copies a "
+                              "finding or shares no word with it")
+    keep_going: bool = Field(True, description="go on, without a policy call, when a remaining step builds on "
+                             "an earlier answer or is the first web search")
+
+
 class WebConfig(Section):
     provider: Literal["off", "tavily", "snapshot"] = "off"
     snapshot_path: Path | None = None
@@ -93,6 +104,7 @@ class Config(Section):
     ingest: IngestConfig = IngestConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     budgets: BudgetConfig = BudgetConfig()
+    guards: GuardConfig = GuardConfig()
     web: WebConfig = WebConfig()
     artifacts: ArtifactConfig = ArtifactConfig()
     mlflow: MLflowConfig = MLflowConfig()

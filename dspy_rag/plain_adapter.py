@@ -71,7 +71,7 @@ class PlainAdapter(dspy.Adapter):
                 value = json.loads(text)
             except json.JSONDecodeError as exc:  # a JSON object never closed is a reply cut short, not an answer
                 raise AdapterParseError(adapter_name="PlainAdapter", signature=signature, lm_response=completion,
-                                        message=f"the reply opens a JSON object that does not parse ({exc.msg})")
+                                        message=f"the reply opens a JSON object that does not parse ({exc.msg})") from exc
             if isinstance(value, dict) and isinstance(value.get(name), str):
                 text = value[name].strip()
         line = next((line.strip() for line in text.splitlines() if line.strip()), "")

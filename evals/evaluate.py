@@ -25,7 +25,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dspy_rag.config import Config, load_config
+from dspy_rag.config import Config, GuardConfig, load_config
 from dspy_rag.errors import UserError
 from dspy_rag.evals.metrics import AnswerScores, weighted_score
 from dspy_rag.evals.ragas_bridge import HEADERS, Judge, RagasInputs, cell, inputs_of, ragas_scores, summarize
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
+GUARDS = tuple(GuardConfig.model_fields)
 LOGGED = ("score", "em", "f1", "evidence_recall", "citation_validity", "median_seconds", "median_lm_calls")
 
 
@@ -52,19 +53,23 @@ class Column:
     artifact: str  # "none" for the uncompiled deep program and for the baseline
     model: str
     policy: str = "llm"  # the deep program's stopping policy; the baseline has none
+    without: str | None = None  # the deep program's guard turned off, for its ablation column
 
     @property
     def label(self) -> str:
         program = self.pipeline if self.artifact == "none" else f"{self.pipeline}+{self.artifact}"
         policy = "" if self.policy == "llm" else f"/{self.policy}"
-        return f"{program}{policy}@{self.model.split('/')[-1]}"
+        ablation = f"-without-{self.without}" if self.without else ""
+        return f"{program}{policy}{ablation}@{self.model.split('/')[-1]}"
 
 
 def columns_of(pipelines: list[str], artifacts: list[str], models: list[str],
-               policies: Sequence[str] = ("llm",)) -> list[Column]:
-    """Every combination; artifacts and policies are the deep program's, so the baseline runs once per model."""
-    made = [Column(p, a, m, policy) if p == "deep" else Column(p, "none", m)
-            for m, p, a, policy in itertools.product(models, pipelines, artifacts, policies)]
+               policies: Sequence[str] = ("llm",), without: Sequence[str] = ()) -> list[Column]:
+    """Every combination; artifacts, policies and guard ablations are the deep program's, so the other programs
+    run once per model. Each deep column is followed by one column per guard turned off."""
+    made = [column for m, p, a, policy in itertools.product(models, pipelines, artifacts, policies)
+            for column in ([Column(p, a, m, policy), *(Column(p, a, m, policy, g) for g in without)] if p == "deep"
+                           else [Column(p, "none", m)])]
     return list(dict.fromkeys(made))
 
 
@@ -75,7 +80,7 @@ def mlflow_key(label: str) -> str:
 
 def ledger_name(column: Column) -> str | None:
     """The baseline and the plain yardstick are lineages of their own in `history`; the uncompiled deep program
-    is None."""
+    is None. An ablation is no lineage (the ledger follows prompts)."""
     if column.pipeline != "deep":
         return column.pipeline
     return None if column.artifact == "none" else column.artifact
@@ -205,6 +210,8 @@ def eval_command(
     model: Annotated[list[str] | None, typer.Option(help="model (repeat; default the configured one)")] = None,
     policy: Annotated[list[str] | None, typer.Option(help="deep: llm, plan or learned (the artifact's distilled "
                                                      "classifier) (repeat; default llm)")] = None,
+    without: Annotated[list[str] | None, typer.Option(help="deep: also run it with this guard off, as a column of its "
+                                                      "own (repeat): " + ", ".join(GUARDS))] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="first N dev questions")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="folder for results JSON, rows and report")] = None,
     judge: Annotated[str | None, typer.Option(help="a model that judges ragas' LLM metrics (faithfulness, answer "
@@ -227,7 +234,9 @@ def eval_command(
     policies = policy or ["llm"]
     if unknown := set(policies) - set(get_args(Policy)):
         raise UserError(f"unknown policy {sorted(unknown)}; choose {', '.join(get_args(Policy))}")
-    columns = columns_of(pipelines, artifact or ["none"], model or [config.lm.model], policies)
+    if unknown := set(without or []) - set(GUARDS):
+        raise UserError(f"unknown guard {sorted(unknown)}; choose {', '.join(GUARDS)}")
+    columns = columns_of(pipelines, artifact or ["none"], model or [config.lm.model], policies, without or [])
     trainset = load_trainset(questions)
     eval_set = load_set(trainset, config)
     eval_set.questions = eval_set.questions[:limit]
@@ -241,7 +250,9 @@ def eval_command(
         return lms[name]
 
     def build(column: Column) -> dspy.Module:
-        settings = config.model_copy(update={"lm": config.lm.model_copy(update={"model": column.model})})
+        guards = config.guards.model_copy(update={column.without: False} if column.without else {})
+        settings = config.model_copy(update={"lm": config.lm.model_copy(update={"model": column.model}),
+                                             "guards": guards})
         dspy.configure(lm=lm_for(column.model), adapter=dspy.JSONAdapter())
         return program_for(column.pipeline, settings, eval_set.index, eval_set.web, column.policy,
                            lambda _msg: None, column.artifact)
@@ -267,7 +278,7 @@ def eval_command(
                              for name in LOGGED})
     # The ledger follows prompts across recompiles; a column that only swaps the stopping policy is no new program,
     # and one read whole from the cache is no new measurement.
-    for column in (c for c in measured if c.policy == "llm"):
+    for column in (c for c in measured if c.policy == "llm" and c.without is None):
         append(ledger_path(config), LedgerEntry(
             kind="eval", artifact=ledger_name(column), parent=None,
             model=column.model, trainset=trainset.name, trainset_hash=trainset.content_hash, split="dev",

@@ -8,6 +8,7 @@ whose output cannot be parsed after one retry degrades to a safe fallback, and t
 
 import copy
 from collections.abc import Callable
+from dataclasses import asdict, replace
 from typing import Any, Literal
 
 import dspy
@@ -23,12 +24,12 @@ from dspy_rag.citations import (
     with_marker,
     word_overlap,
 )
-from dspy_rag.config import BudgetConfig
+from dspy_rag.config import BudgetConfig, GuardConfig
 from dspy_rag.optimizers.policy_features import live_point
 from dspy_rag.pipelines.evidence import evidence_chars, final_evidence, question_passages
+from dspy_rag.pipelines.guards import Fired, must_go_on, query_for, routed_to_web, without_steps_done
 from dspy_rag.pipelines.learned_policy import LearnedPolicy
 from dspy_rag.pipelines.lm_calls import BudgetExhausted, LMCalls
-from dspy_rag.pipelines.plan_rules import query_for, reason_to_go_on, routed_to_web, without_steps_done
 from dspy_rag.pipelines.short_answer import ShortAnswer, cited_lead
 from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.trajectory import Scored, StepRecord, Trajectory
@@ -71,7 +72,7 @@ class DeepResearch(dspy.Module):
     def __init__(self, retriever: Retriever, reranker: Reranker | None = None, web: WebSearch | None = None,
                  top_n: int = 4, budgets: BudgetConfig | None = None, policy: PolicyMode = "llm",
                  on_event: Events = lambda kind, text: None, learned: LearnedPolicy | None = None,
-                 evidence_chars: int = evidence_chars(4096)) -> None:
+                 evidence_chars: int = evidence_chars(4096), guards: GuardConfig | None = None) -> None:
         super().__init__()
         if policy == "learned" and learned is None:
             raise ValueError("policy 'learned' needs the LearnedPolicy to decide with")
@@ -84,6 +85,7 @@ class DeepResearch(dspy.Module):
         self.on_event = on_event
         self.learned = learned
         self.evidence_chars = evidence_chars
+        self.guards = guards or GuardConfig()
         self.artifact: str | None = None  # the compiled artifact whose prompts and demos it runs, if any
         self.plan = dspy.Predict(PlanResearch)
         self.rewrite = dspy.Predict(RewriteQuery)
@@ -118,7 +120,7 @@ class DeepResearch(dspy.Module):
                                           f"{len(steps)} planned step(s) not done")
                 planned = steps.pop(0)
                 resolved = planned.resolved(answers)
-                step_record, top = self._research(resolved, len(record.steps), findings, calls)
+                step_record, top = self._research(resolved, len(record.steps), findings, calls, record)
                 if resolved != planned:
                     self._note(step_record.notes, f"planned as: {planned.sub_question}")
                 record.steps.append(step_record)
@@ -147,22 +149,29 @@ class DeepResearch(dspy.Module):
                            sections=titles if len(titles) <= MAX_SECTIONS_SHOWN else [],
                            web_available=self.web is not None, findings=findings)
         steps = [s for s in planned.steps if s.sub_question.strip()] or one_step
-        if self.web is not None:
+        if self.web is not None and self.guards.web_routing:
             steps, routed = routed_to_web(question, steps)
-            for note in routed:
-                self._note(record.notes, note)
+            for fired in routed:
+                self._guarded(record, fired)
         record.plans.append([s.model_dump() for s in steps])
         verb = "plan" if len(record.plans) == 1 else "revised plan"
         self.on_event("plan", f"{verb}: " + " | ".join(f"{s.sub_question} ({s.tool})" for s in steps))
+        if not self.guards.repeated_step:
+            return steps, []
         steps, answers, skipped = without_steps_done(steps, record.steps)
-        for note in skipped:
-            self._note(record.notes, note)
+        for fired in skipped:
+            self._guarded(record, fired)
         return steps, answers
 
     def _note(self, notes: list[str], text: str) -> None:
-        """Record where a rule overrode a module, and show it as it happens."""
+        """Record what the program did other than the modules asked (a resolved step, a web fallback); show it."""
         notes.append(text)
-        self.on_event("rule", text)
+        self.on_event("note", text)
+
+    def _guarded(self, record: Trajectory, fired: Fired, step: int | None = None) -> None:
+        """Write a guard's firing into the trajectory, and show it as it happens."""
+        record.guards.append(asdict(replace(fired, step=step)))
+        self.on_event("guard", f"{fired.guard}: {fired.changed} ({fired.why}); saw {fired.saw}")
 
     def _recall(self, step: Step, query: str, calls: LMCalls, record: StepRecord) -> list[Passage]:
         if step.tool == "search_web":
@@ -184,16 +193,17 @@ class DeepResearch(dspy.Module):
         # A wrong section guess must not hide the answer: the section's ranking takes turns with the open one.
         return interleave([ranking, self.retriever.search(query, chosen.strategy, step.section)])[: self.retriever.top_k]
 
-    def _research(self, step: Step, index: int, findings: list[str], calls: LMCalls
+    def _research(self, step: Step, index: int, findings: list[str], calls: LMCalls, trajectory: Trajectory
                   ) -> tuple[StepRecord, list[Passage]]:
         record = StepRecord(index, step.sub_question, step.tool, step.keywords, step.section, step.justification)
         started = calls.elapsed
         self.on_event("step", f"step {index + 1}: {step.sub_question}")
         rewritten = calls("rewrite", self.rewrite, lambda: dspy.Prediction(query=step.sub_question), step=index,
                              sub_question=step.sub_question, keywords=step.keywords, findings=findings)
-        record.query, note = query_for(rewritten.query, step.sub_question, findings)
-        if note:
-            self._note(record.notes, note)
+        record.query, fired = (query_for(rewritten.query, step.sub_question, findings) if self.guards.query_guard
+                               else (" ".join(rewritten.query.split()) or step.sub_question, None))
+        if fired:
+            self._guarded(trajectory, fired, index)
         self.on_event("query", record.query)
         candidates = self._recall(step, record.query, calls, record)
         top = (self.reranker.rerank(record.query, candidates, self.top_n) if self.reranker and candidates
@@ -230,12 +240,13 @@ class DeepResearch(dspy.Module):
             return decision, f"learned: p(finish) {probability:.2f}, threshold {self.learned.threshold:.2f}"
         if self.policy != "llm":  # the plan policy, or the learned one with the plan done: it never revises
             return by_plan(len(remaining))
+        searched_web = any(step.tool == "search_web" for step in record.steps)
+        if self.guards.keep_going and (fired := must_go_on(remaining, searched_web, self.web is not None)):
+            self._guarded(record, fired, record.steps[-1].index)
+            return "CONTINUE", f"keep_going: {fired.why}"
         decision, reason = self.ask_policy(question, [s.sub_question for s in remaining], findings, calls)
         if decision == "CONTINUE" and not remaining:
             return "FINISH", f"{reason} (no steps left)"
-        searched_web = any(step.tool == "search_web" for step in record.steps)
-        if decision != "CONTINUE" and (why := reason_to_go_on(remaining, searched_web, self.web is not None)):
-            return "CONTINUE", f"{reason} (overruled: {why})"
         return decision, reason
 
     def ask_policy(self, question: str, remaining: list[str], findings: list[str], calls: LMCalls) -> tuple[str, str]:

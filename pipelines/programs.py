@@ -29,4 +29,4 @@ def build_program(pipeline: Pipeline, settings: Config, index: Index, web: WebSe
         return BaselineRAG(retriever, settings.retrieval.top_n, web, load_reranker(settings))
     return DeepResearch(retriever, load_reranker(settings), web, settings.retrieval.top_n, settings.budgets,
                         policy, on_event=on_event, learned=learned,
-                        evidence_chars=evidence_chars(settings.lm.context_window))
+                        evidence_chars=evidence_chars(settings.lm.context_window), guards=settings.guards)

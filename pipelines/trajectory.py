@@ -9,7 +9,7 @@ from typing import Any
 
 from dspy_rag.retrieval import Passage
 
-TRAJECTORY_VERSION = 2  # 2: the question's own passages (floor) and their web error; no `attributed`
+TRAJECTORY_VERSION = 2  # 2: the question's passages (floor), their web error, guard firings; no `attributed`
 
 
 @dataclass
@@ -76,8 +76,9 @@ class Trajectory:
     flagged: list[dict[str, Any]] = field(default_factory=list)
     citation_validity: float | None = None
     stopped_early: str | None = None
-    notes: list[str] = field(default_factory=list)  # where a rule overrode the planner
+    notes: list[str] = field(default_factory=list)  # what the program did beside its modules
     floor: list[Scored] = field(default_factory=list)  # the question's own reranked passages, the baseline's evidence
+    guards: list[dict[str, Any]] = field(default_factory=list)  # each guard firing: guard, saw, changed, why, step
     web_error: str | None = None  # the web search of the question itself failed
     seconds: float = 0.0
 

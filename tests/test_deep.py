@@ -9,10 +9,10 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from dspy_rag.config import BudgetConfig
+from dspy_rag.config import BudgetConfig, GuardConfig
 from dspy_rag.index import Index
 from dspy_rag.pipelines.deep import DeepResearch, cited_from
-from dspy_rag.pipelines.plan_rules import query_for, routed_to_web
+from dspy_rag.pipelines.guards import query_for, routed_to_web
 from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
 from dspy_rag.retrieval import Passage, Retriever
@@ -88,13 +88,27 @@ def test_finish_early_skips_the_rest_of_the_plan(tenk_index: Index) -> None:
     assert len(prediction.trajectory.steps) == 1 and prediction.trajectory.stopped_early is None
 
 
-def test_finish_before_a_step_that_builds_on_an_earlier_answer_is_overruled(tenk_index: Index) -> None:
+def test_a_step_that_builds_on_an_earlier_answer_goes_on_without_asking_the_policy(tenk_index: Index) -> None:
     replies = [plan("Which segment earned the most revenue?", "What was the operating income of the answer of step 1?"),
-               *step(), decide("FINISH"), *step(), decide("FINISH"), synthesize()]
-    prediction, _ = run(tenk_index, replies)
-    steps = prediction.trajectory.steps
-    assert [s.decision for s in steps] == ["CONTINUE", "FINISH"]
-    assert steps[0].decision_reason == "scripted (overruled: a remaining step builds on an earlier answer)"
+               *step(), *step(), decide("FINISH"), synthesize()]
+    prediction, lm = run(tenk_index, replies)
+    trajectory = prediction.trajectory
+    assert [s.decision for s in trajectory.steps] == ["CONTINUE", "FINISH"] and len(lm.history) == len(replies)
+    assert trajectory.steps[0].decision_reason == "keep_going: a remaining step builds on an earlier answer"
+    assert [c.module for c in trajectory.calls].count("policy") == 1  # decided before the policy, not after it
+    assert trajectory.guards == [{"guard": "keep_going", "saw": "1 step(s) left",
+                                  "changed": "went on without asking the policy",
+                                  "why": "a remaining step builds on an earlier answer", "step": 0}]
+    assert ("guard", "keep_going: went on without asking the policy (a remaining step builds on an earlier answer); "
+                     "saw 1 step(s) left") in prediction.events
+
+
+def test_with_keep_going_off_the_policy_may_finish_a_chain_after_its_first_hop(tenk_index: Index) -> None:
+    replies = [plan("Which segment earned the most revenue?", "What was the operating income of the answer of step 1?"),
+               *step(), decide("FINISH"), synthesize()]
+    prediction, _ = run(tenk_index, replies, guards=GuardConfig(keep_going=False))
+    assert [s.decision for s in prediction.trajectory.steps] == ["FINISH"]
+    assert not {g["guard"] for g in prediction.trajectory.guards} & {"web_routing", "keep_going"}
 
 
 def test_the_gold_plans_hop_references_are_read_as_chain_steps() -> None:
@@ -105,19 +119,19 @@ def test_the_gold_plans_hop_references_are_read_as_chain_steps() -> None:
 
 def test_a_chain_step_searches_for_what_the_earlier_step_found(tenk_index: Index) -> None:
     replies = [plan("Which segment earned the most revenue?", "What was the operating income of the answer of step 1?"),
-               *step(finding="The Compute & Networking segment earned $15.07 billion."), decide("CONTINUE"),
+               *step(finding="The Compute & Networking segment earned $15.07 billion."),
                *step("Compute & Networking operating income"), decide("FINISH"), synthesize()]
     prediction, lm = run(tenk_index, replies)
     second = prediction.trajectory.steps[1]
     assert second.sub_question == "What was the operating income of Compute & Networking?"
     assert second.notes == ["planned as: What was the operating income of the answer of step 1?"]
-    assert "the answer of step 1" not in lm.history[6]["messages"][-1]["content"]  # the second rewrite
+    assert "the answer of step 1" not in lm.history[5]["messages"][-1]["content"]  # the second rewrite
 
 
 def test_references_count_from_the_plan_they_were_written_in(tenk_index: Index) -> None:
     replies = [plan("Which segment earned the most?"), *step(finding="Compute & Networking earned the most."),
                decide("REVISE"), plan("Who leads it?", "Where does the answer of step 1 work?"),
-               *step(finding="Jensen Huang leads it."), decide("CONTINUE"), *step(), decide("FINISH"), synthesize()]
+               *step(finding="Jensen Huang leads it."), *step(), decide("FINISH"), synthesize()]
     prediction, _ = run(tenk_index, replies)
     assert prediction.trajectory.steps[2].sub_question == "Where does Jensen Huang work?"
 
@@ -131,17 +145,26 @@ def test_a_revised_plan_does_not_research_its_first_step_again(tenk_index: Index
     trajectory = prediction.trajectory
     assert [s.sub_question for s in trajectory.steps] == ["Which segment earned the most?",
                                                           "What was the operating income of Compute & Networking?"]
-    assert trajectory.notes == ["not researched again, found in step 1: Which segment earned the most?"]
+    assert trajectory.guards == [{"guard": "repeated_step", "saw": "a planned step: Which segment earned the most?",
+                                  "changed": "skipped it", "why": "step 1 researched it in the same words",
+                                  "step": None}]
     assert len(trajectory.plans) == 2
+    # with the guard off, the revised plan researches its first step again
+    unguarded = run(tenk_index, [*replies[:-3], *step("segment operating income"), decide("CONTINUE"),
+                                 *replies[-3:]], guards=GuardConfig(repeated_step=False))[0].trajectory
+    assert [s.sub_question for s in unguarded.steps][:2] == ["Which segment earned the most?"] * 2
 
 
 def test_a_query_that_copies_an_earlier_finding_searches_the_sub_question_instead(tenk_index: Index) -> None:
     found = "Data Center revenue was $15.01 billion."
     replies = [plan("Data Center revenue?", "What competition risks does NVIDIA list?"), *step(finding=found),
                decide("CONTINUE"), *step(query=f"{found} competition risks"), decide("FINISH"), synthesize()]
-    second = run(tenk_index, replies)[0].trajectory.steps[1]
-    assert second.query == "What competition risks does NVIDIA list?"
-    assert second.notes == ["the rewritten query copied an earlier finding; searched the sub-question"]
+    trajectory = run(tenk_index, replies)[0].trajectory
+    assert trajectory.steps[1].query == "What competition risks does NVIDIA list?"
+    assert [(g["guard"], g["why"], g["step"]) for g in trajectory.guards] == [
+        ("query_guard", "it copied an earlier finding", 1)]
+    unguarded = run(tenk_index, replies, guards=GuardConfig(query_guard=False))[0].trajectory
+    assert unguarded.steps[1].query == f"{found} competition risks" and unguarded.guards == []
 
 
 @pytest.mark.parametrize(("query", "copied"), [
@@ -165,9 +188,9 @@ def test_a_query_opening_with_an_earlier_finding_is_a_copy(query: str, copied: b
 ])
 def test_a_query_sharing_no_word_with_its_sub_question_searches_the_sub_question(query: str, kept: bool) -> None:
     asked = "What are the key risks related to competition?"
-    searched, note = query_for(query, asked, [])
+    searched, fired = query_for(query, asked, [])
     assert (searched == query) is kept
-    assert (note == "the rewritten query shares no word with the sub-question; searched the sub-question") is not kept
+    assert (fired is not None and fired.why == "it shares no word with the sub-question") is not kept
 
 
 @pytest.mark.parametrize(("finding", "sub_question", "answer"), [
@@ -290,7 +313,7 @@ NEWER = "What competition risks does NVIDIA list? Then find newer information ab
 
 def test_a_question_asking_for_newer_facts_sends_that_step_to_the_web(tenk_index: Index) -> None:
     replies = [plan("What competition risks does NVIDIA list?", "Find newer information about AMD's accelerators."),
-               *step("NVIDIA competition risks"), decide("FINISH"),
+               *step("NVIDIA competition risks"),
                *step("AMD accelerators", strategy=None, finding="AMD launched the Instinct MI300X."),
                decide("FINISH"), synthesize()]
     prediction, _ = run(tenk_index, replies, question=NEWER, web=StaticWeb())
@@ -298,18 +321,19 @@ def test_a_question_asking_for_newer_facts_sends_that_step_to_the_web(tenk_index
     # the answer is led by the sentence stating the short answer, then each step's finding, cited
     assert "AMD launched the Instinct MI300X [AMD blog]." in prediction.answer
     assert "web-1" in [c.chunk_id for c in prediction.citations]
-    assert [text for kind, text in prediction.events if kind == "rule"] == trajectory.notes  # shown as they happen
+    assert len([kind for kind, _ in prediction.events if kind == "guard"]) == len(trajectory.guards) == 2
     assert [s.tool for s in trajectory.steps] == ["search_docs", "search_web"]
-    assert trajectory.notes[0] == ("routed to the web (the question asks for newer facts): "
-                                   "Find newer information about AMD's accelerators.")
-    assert trajectory.steps[0].decision_reason == (
-        "scripted (overruled: a remaining step searches the web, which no step has yet)")
-    # a REVISE before the first web search goes on with the plan too
-    revised = [replies[0], *step("NVIDIA competition risks"), decide("REVISE"), *step("AMD", strategy=None),
-               decide("FINISH"), synthesize()]
-    steps = run(tenk_index, revised, question=NEWER, web=StaticWeb())[0].trajectory.steps
-    assert [(s.tool, s.decision) for s in steps] == [("search_docs", "CONTINUE"), ("search_web", "FINISH")]
+    assert trajectory.guards[0] == {"guard": "web_routing",
+                                    "saw": "a documents step: Find newer information about AMD's accelerators.",
+                                    "changed": "sent it to the web",
+                                    "why": "the question asks for newer facts than the documents hold", "step": None}
+    assert trajectory.steps[0].decision_reason == "keep_going: a remaining step searches the web, which no step has yet"
     assert trajectory.steps[1].reranked[0].id == "web-1"
+    # with web_routing off, the plan keeps its tools: both steps search the documents
+    unrouted = run(tenk_index, [replies[0], *step("NVIDIA competition risks"), decide("CONTINUE"),
+                                *step("AMD accelerators"), decide("FINISH"), synthesize()],
+                   question=NEWER, web=StaticWeb(), guards=GuardConfig(web_routing=False))[0].trajectory
+    assert [s.tool for s in unrouted.steps] == ["search_docs", "search_docs"] and unrouted.guards == []
 
 
 def test_several_steps_answer_with_the_lead_then_each_new_finding_cited(tenk_index: Index) -> None:
@@ -328,7 +352,8 @@ def test_without_a_web_the_plan_keeps_its_tools_and_the_policy_its_finish(tenk_i
     replies = [plan("What competition risks does NVIDIA list?", "Find newer information about AMD's accelerators."),
                *step(), decide("FINISH"), synthesize()]
     prediction, _ = run(tenk_index, replies, question=NEWER)
-    assert [s.decision for s in prediction.trajectory.steps] == ["FINISH"] and prediction.trajectory.notes == []
+    assert [s.decision for s in prediction.trajectory.steps] == ["FINISH"]
+    assert not {g["guard"] for g in prediction.trajectory.guards} & {"web_routing", "keep_going"}
 
 
 @pytest.mark.parametrize("question", ["When does the latest-expiring of NVIDIA's issued patents run out?",
@@ -340,8 +365,8 @@ def test_questions_about_the_documents_own_latest_or_current_figures_stay_in_the
 
 def test_a_plan_repeating_a_step_word_for_word_is_noted_once() -> None:
     newer = Step(sub_question="Find newer information about AMD's accelerators.", tool="search_docs")
-    steps, notes = routed_to_web(NEWER, [newer, newer])
-    assert [s.tool for s in steps] == ["search_web", "search_web"] and len(notes) == 1
+    steps, fired = routed_to_web(NEWER, [newer, newer])
+    assert [s.tool for s in steps] == ["search_web", "search_web"] and len(fired) == 1
 
 
 def test_an_unsupported_sentence_cites_the_steps_passage_sharing_most_of_its_words() -> None:

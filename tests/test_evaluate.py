@@ -19,6 +19,7 @@ from dspy_rag.optimizers.ledger import read
 from dspy_rag.pipelines.baseline import BaselineRAG
 from dspy_rag.pipelines.lm_calls import Unparseable
 
+
 @pytest.fixture()
 def scripted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[DummyLM]:
     made: list[DummyLM] = []
@@ -127,3 +128,23 @@ def test_an_eval_logs_each_measured_column_to_mlflow(trainset: Path, tmp_path: P
     assert run.info.run_name == f"eval {report['trainset']}"
     assert run.data.metrics["deep_qwen2.5-coder-0.5b.f1"] == report["columns"]["deep@qwen2.5-coder-0.5b"]["f1"]
     assert run.data.metrics["baseline_qwen2.5-coder-0.5b.score"] == report["columns"]["baseline@qwen2.5-coder-0.5b"]["score"]
+
+
+def test_a_guard_ablation_is_a_column_of_its_own_beside_the_full_program() -> None:
+    columns = evaluate.columns_of(["baseline", "deep"], ["none"], ["local/m1"], without=["query_guard", "keep_going"])
+    assert [c.label for c in columns] == ["baseline@m1", "deep@m1", "deep-without-query_guard@m1",
+                                          "deep-without-keep_going@m1"]
+
+
+def test_an_ablation_runs_the_program_with_that_guard_off(trainset: Path, tmp_path: Path, scripted: list[DummyLM],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    off_topic = {**REPLIES, "`query`": {"query": "zzz"}}  # a query sharing no word with its sub-question
+    monkeypatch.setattr(models, "build_lm", lambda _config: DummyLM(off_topic, adapter=dspy.JSONAdapter()))
+    result = eval_cli(trainset, tmp_path / "out", "--without", "query_guard")
+    assert result.exit_code == 0, result.output
+    kept = [json.loads(line) for line in (tmp_path / "out" / "trajectories.jsonl").read_text().splitlines()]
+    fired = {k["pipeline"]: {g["guard"] for g in k["trajectory"]["guards"]} for k in kept if k["id"] == "q5"}
+    # only the full program replaces the off-topic query
+    assert fired == {"deep@qwen2.5-coder-0.5b": {"query_guard"}, "deep-without-query_guard@qwen2.5-coder-0.5b": set()}
+    assert [e.artifact for e in read(tmp_path / "artifacts" / "ledger.jsonl")] == [None]  # an ablation is no lineage
+    assert eval_cli(trainset, tmp_path / "out2", "--without", "bogus").exit_code != 0
