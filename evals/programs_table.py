@@ -1,0 +1,63 @@
+"""The three programs side by side from `eval` results folders (scripts/eval-programs): per set, each
+column's F1 with its interval, and the deep program's F1 gain over the baseline and over the plain yardstick
+with paired intervals; the plain column's second run beside a set (`<folder>-plain-again`) shows the
+run-to-run noise.
+
+    python -m dspy_rag.evals.programs_table evals/results/programs-musique evals/results/programs-hotpotqa ...
+"""
+
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from dspy_rag.evals.evaluate import interval_text
+
+
+def _f1(rows: list[dict[str, Any]]) -> list[float]:
+    return [r["f1"] for r in rows]
+
+
+def _column(results: dict[str, Any], pipeline: str) -> str | None:
+    return next((label for label in results["rows"] if label.split("@")[0].split("+")[0] == pipeline), None)
+
+
+def table(folders: list[Path]) -> str:
+    lines = ["| set | n | plain F1 | baseline F1 | deep F1 | deep − baseline | deep − plain | deep s (median) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for folder in folders:
+        results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+        labels = {p: _column(results, p) for p in ("plain", "baseline", "deep")}
+        if None in labels.values():
+            continue
+        rows = {p: results["rows"][label] for p, label in labels.items()}
+        deep = _f1(rows["deep"])
+
+        def mean(p: str) -> str:
+            return f"{statistics.fmean(_f1(rows[p])):.3f} {interval_text(_f1(rows[p]))}"
+
+        def gain(p: str) -> str:
+            return f"{statistics.fmean(deep) - statistics.fmean(_f1(rows[p])):+.3f} {interval_text(deep, _f1(rows[p]))}"
+
+        seconds = statistics.median(r["seconds"] for r in rows["deep"])
+        lines.append(f"| {results['trainset']} | {len(deep)} | {mean('plain')} | {mean('baseline')} | {mean('deep')} "
+                     f"| {gain('baseline')} | {gain('plain')} | {seconds:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def noise(first: Path, again: Path, pipeline: str = "plain") -> str:
+    """The same column run twice on the same questions: the mean F1 of each run and the paired difference."""
+    runs = [json.loads((f / "results.json").read_text(encoding="utf-8")) for f in (first, again)]
+    a, b = (_f1(r["rows"][_column(r, pipeline)]) for r in runs)
+    return (f"{runs[0]['trainset']} {pipeline}: F1 {statistics.fmean(a):.3f} then {statistics.fmean(b):.3f}, "
+            f"difference {statistics.fmean(b) - statistics.fmean(a):+.3f} {interval_text(b, a)}, "
+            f"{sum(x != y for x, y in zip(a, b, strict=True))} of {len(a)} questions scored differently")
+
+
+if __name__ == "__main__":
+    folders = [Path(p) for p in sys.argv[1:]]
+    print(table(folders))
+    for folder in folders:  # scripts/eval-programs runs the plain column a second time beside each set
+        if (again := folder.with_name(folder.name + "-plain-again")).is_dir():
+            print(noise(folder, again))
