@@ -111,6 +111,13 @@ def word_overlap(sentence: str, text: str) -> float | None:
     return len(words & _content_words(text)) / len(words) if words else None
 
 
+def answer_overlap(answer: str, text: str) -> float | None:
+    """Share of a short answer's words (stopwords aside; numbers and short names kept, "42" or "EU") that the
+    text holds; None when it has none."""
+    words = set(_squash(answer).split()) - _STOPWORDS
+    return len(words & set(_squash(text).split())) / len(words) if words else None
+
+
 def supports(sentence: str, passage: Passage) -> bool:
     """Every figure of the sentence appears in the passage and enough of its words do."""
     if not _numbers(_MARKER.sub(" ", sentence)) <= _numbers(passage.text):

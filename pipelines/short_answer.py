@@ -9,7 +9,7 @@ from typing import Any
 
 import dspy
 
-from dspy_rag.citations import sentences, with_marker, word_overlap
+from dspy_rag.citations import answer_overlap, sentences, with_marker, word_overlap
 from dspy_rag.plain_adapter import PlainAdapter
 from dspy_rag.retrieval import Passage
 from dspy_rag.signatures import AnswerBriefly
@@ -34,7 +34,7 @@ def whole_words(text: str, cut: bool) -> str:
 def stating_sentence(short_answer: str, question: str, passages: Sequence[Passage]) -> tuple[int, str] | None:
     """The passage number and sentence that state the short answer: the sentence holding most of its words,
     ties going to the one sharing most words with the question, then to the earlier passage."""
-    candidates = [(word_overlap(short_answer, sentence) or 0.0, word_overlap(question, sentence) or 0.0, -n, sentence)
+    candidates = [(answer_overlap(short_answer, sentence) or 0.0, word_overlap(question, sentence) or 0.0, -n, sentence)
                   for n, passage in enumerate(passages, start=1)
                   for sentence in sentences(" ".join(passage.text.split()))]
     best = max(candidates, key=lambda c: c[:3], default=None)

@@ -67,6 +67,7 @@ def test_the_lead_is_the_passage_sentence_stating_the_short_answer_cited() -> No
         2, "Data Center revenue for fiscal year 2023 was $15.01 billion, up 41%.")
     assert cited_lead("$15.01 billion", question, PASSAGES).endswith("up 41% [2].")
     assert cited_lead("$3 trillion", question, PASSAGES) == "$3 trillion."
+    assert stating_sentence("27%", "How much did Gaming fall?", PASSAGES) == (1, "It fell 27%.")  # a short figure
 
 
 passage_lists = st.lists(st.builds(lambda i, n: Passage(f"p{i}", "x" * n, "s", "t", 0.0),
