@@ -31,18 +31,14 @@ def table(folders: list[Path]) -> str:
         labels = {p: _column(results, p) for p in ("plain", "baseline", "deep")}
         if None in labels.values():
             continue
-        rows = {p: results["rows"][label] for p, label in labels.items()}
-        deep = _f1(rows["deep"])
-
-        def mean(p: str) -> str:
-            return f"{statistics.fmean(_f1(rows[p])):.3f} {interval_text(_f1(rows[p]))}"
-
-        def gain(p: str) -> str:
-            return f"{statistics.fmean(deep) - statistics.fmean(_f1(rows[p])):+.3f} {interval_text(deep, _f1(rows[p]))}"
-
-        seconds = statistics.median(r["seconds"] for r in rows["deep"])
-        lines.append(f"| {results['trainset']} | {len(deep)} | {mean('plain')} | {mean('baseline')} | {mean('deep')} "
-                     f"| {gain('baseline')} | {gain('plain')} | {seconds:.1f} |")
+        f1 = {p: _f1(results["rows"][label]) for p, label in labels.items()}
+        deep = f1["deep"]
+        mean = {p: f"{statistics.fmean(v):.3f} {interval_text(v)}" for p, v in f1.items()}
+        gain = {p: f"{statistics.fmean(deep) - statistics.fmean(f1[p]):+.3f} {interval_text(deep, f1[p])}"
+                for p in ("baseline", "plain")}
+        seconds = statistics.median(r["seconds"] for r in results["rows"][labels["deep"]])
+        lines.append(f"| {results['trainset']} | {len(deep)} | {mean['plain']} | {mean['baseline']} | {mean['deep']} "
+                     f"| {gain['baseline']} | {gain['plain']} | {seconds:.1f} |")
     return "\n".join(lines) + "\n"
 
 
