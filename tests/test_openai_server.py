@@ -35,9 +35,9 @@ def test_ask_through_an_openai_compatible_api_base(server: str, tmp_path: Path) 
     assert ask.returncode == 0, ask.stderr
     result = json.loads(ask.stdout)
     assert result["model"] == "openai/qwen" and result["lm_calls"] == 1 and result["prompt_tokens"] > 100
-    # Correctness is the model's business (without a server-side schema the 0.5B model is weaker); this
-    # checks the wiring: a real answer came back over HTTP, parsed, with citations to retrieved chunks.
-    assert result["answer"].strip() and result["completion_tokens"] > 5
+    # Correctness is the model's business; this checks the wiring: a real short answer came back over HTTP in
+    # plain text (no server-side schema needed), parsed, with citations to retrieved chunks.
+    assert result["short_answer"].strip() and result["answer"].strip() and result["completion_tokens"] >= 1
     assert {c["chunk_id"] for c in result["citations"]} <= {r["id"] for r in result["retrieved"]}
 
 
