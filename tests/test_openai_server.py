@@ -34,7 +34,7 @@ def test_ask_through_an_openai_compatible_api_base(server: str, tmp_path: Path) 
                   cwd=tmp_path, env=env)
     assert ask.returncode == 0, ask.stderr
     result = json.loads(ask.stdout)
-    assert result["model"] == "openai/qwen" and result["lm_calls"] == 1 and result["prompt_tokens"] > 100
+    assert result["model"] == "openai/qwen" and result["lm_calls"] == 1 and result["prompt_tokens"] > 50
     # Correctness is the model's business; this checks the wiring: a real short answer came back over HTTP in
     # plain text (no server-side schema needed), parsed, with citations to retrieved chunks.
     assert result["short_answer"].strip() and result["answer"].strip() and result["completion_tokens"] >= 1
