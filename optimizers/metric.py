@@ -43,11 +43,12 @@ def gold_evidence(support: Sequence[Support]) -> list[Passage]:
 
 
 def looked_at(prediction: dspy.Prediction) -> list[Passage]:
-    """Every passage the program read after reranking: the deep program's steps, the baseline's context."""
+    """Every passage the program read after reranking: the deep program's floor and steps, the baseline's context."""
     trajectory = getattr(prediction, "trajectory", None)
     if trajectory is None:
         return list(prediction.passages)
-    return [Passage(s.id, "", s.source, s.section, s.score) for step in trajectory.steps for s in step.reranked]
+    read = [*trajectory.floor, *(s for step in trajectory.steps for s in step.reranked)]
+    return [Passage(s.id, "", s.source, s.section, s.score) for s in read]
 
 
 def scores_of(example: dspy.Example, prediction: dspy.Prediction) -> AnswerScores:
