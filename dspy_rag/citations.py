@@ -40,22 +40,8 @@ def _squash(text: str) -> str:
     return " ".join(re.sub(r"[^\w$%.]+", " ", text).split())
 
 
-def quoted_in(evidence: str, passages: Sequence[Passage]) -> list[int]:
-    """Numbers of the passages that contain the evidence quote (ignoring case, spacing and punctuation)."""
-    quote = _squash(evidence)
-    if len(quote) < 8:  # too short to tell passages apart
-        return []
-    return [n for n, p in enumerate(passages, start=1) if quote in _squash(p.text)]
-
-
-def resolve(
-    answer: str, cited: Sequence[int], passages: Sequence[Passage], evidence: str = ""
-) -> tuple[str, list[Citation]]:
-    """Replace [n] markers by [source label]; numbers that name no passage are dropped, not invented.
-
-    When the answer carries no inline markers, it cites the passages that contain its evidence quote
-    (a check small models cannot get wrong) or, failing that, the passages the LM listed.
-    """
+def resolve(answer: str, passages: Sequence[Passage]) -> tuple[str, list[Citation]]:
+    """Replace [n] markers by [source label]; numbers that name no passage are dropped, not invented."""
     used: list[int] = []
 
     def valid(numbers: str) -> list[int]:
@@ -67,11 +53,6 @@ def resolve(
         return " ".join(f"[{label_of(passages[n - 1])}]" for n in dict.fromkeys(numbers))
 
     rendered = " ".join(_MARKER.sub(render, answer).split())
-    if not used:
-        listed = quoted_in(evidence, passages) or [n for n in dict.fromkeys(cited) if 1 <= n <= len(passages)]
-        used.extend(listed)
-        tail = " ".join(dict.fromkeys(f"[{label_of(passages[n - 1])}]" for n in listed))
-        rendered = f"{rendered} {tail}".strip()
     citations = [
         Citation(label_of(p), p.source, p.section, p.id) for p in (passages[n - 1] for n in dict.fromkeys(used))
     ]
@@ -134,11 +115,6 @@ def sentences(answer: str) -> list[str]:
 
 def _cited(sentence: str) -> list[int]:
     return [int(x) for group in _MARKER.findall(sentence) for x in re.split(r"\s*[,;]\s*", group)]
-
-
-def cited_numbers(answer: str) -> set[int]:
-    """Every passage number the answer's [n] markers cite."""
-    return set(_cited(answer))
 
 
 def restates(sentence: str, text: str) -> bool:

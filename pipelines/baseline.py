@@ -34,7 +34,7 @@ class BaselineRAG(dspy.Module):
         if result is None:  # one call, no findings: nothing honest to fall back on
             raise Unparseable(f"the answer's output did not parse in {attempts} attempts")
         draft = cited_lead(result.short_answer, question, passages)
-        answer, citations = resolve(draft, [], passages)
+        answer, citations = resolve(draft, passages)
         flagged = [{"sentence": c.sentence, "reason": c.reason} for c in check_citations(draft, passages) if c.reason]
         return dspy.Prediction(answer=answer, short_answer=result.short_answer, draft=draft, citations=citations,
                                passages=passages, web_error=web_error, flagged=flagged)

@@ -272,7 +272,7 @@ class DeepResearch(dspy.Module):
             draft = cited_lead(short, question, evidence)
             if len(record.steps) > 1:  # one step's finding says what the lead says, in a small model's words
                 draft = self._with_findings(draft, evidence, record)
-            answer, citations = resolve(draft, [], evidence)
+            answer, citations = resolve(draft, evidence)
             checks = check_citations(draft, evidence)
         record.answer, record.short_answer, record.citations = answer, short, [vars(c) for c in citations]
         record.flagged = [{"sentence": c.sentence, "reason": c.reason} for c in checks if c.reason]
