@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from dspy_rag.errors import UserError, register_secret
 
@@ -39,17 +39,41 @@ class EmbeddingConfig(Section):
     batch_size: int = Field(32, ge=1)
 
 
+SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
 class IndexConfig(Section):
     path: Path = Path(".dspy-rag/index")
     chroma_url: str | None = Field(None, description="Chroma server, e.g. http://127.0.0.1:8000; empty = embedded")
     collection: str = Field("documents", min_length=3)
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _named(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("is empty; name a folder for the index, e.g. .dspy-rag/index")
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _a_folder(cls, path: Path) -> Path:
+        """A folder the index can live in: not a file, not under one, not in a system folder."""
+        absolute = path.absolute()
+        if any(absolute == folder or folder in absolute.parents for folder in SYSTEM_FOLDERS):
+            raise ValueError(f"{path} is in a system folder; name a folder of your own for the index")
+        for place in (absolute, *absolute.parents):
+            if place.exists() and not place.is_dir():
+                where = "is" if place == absolute else f"lies under {place}, which is"
+                raise ValueError(f"{path} {where} a file, not a folder; name a folder for the index")
+        return path
 
 
 class RetrievalConfig(Section):
     top_k: int = Field(20, ge=1, le=200)
     top_n: int = Field(4, ge=1, le=50)
     rrf_k: int = Field(60, ge=1)
-    reranker: str = Field("auto", description="auto (trained one in artifacts/, else none), none, a name or a path")
+    reranker: str = Field("auto", description="auto (one you trained in artifacts/, else the shipped one), none, "
+                          "a name or a path")
 
 
 class IngestConfig(Section):
@@ -76,6 +100,13 @@ class GuardConfig(Section):
                               "finding or shares no word with it")
     keep_going: bool = Field(True, description="go on, without a policy call, when a remaining step builds on "
                              "an earlier answer or is the first web search")
+
+
+class RoleConfig(Section):
+    """Which optional roles of the deep program call the LM; one switched off is stood in for by its code fallback."""
+
+    distiller: bool = Field(True, description="notes on each step's passages by the LM; off: their first sentences")
+    reflection: bool = Field(True, description="each step's finding by the LM; off: the notes' first sentence")
 
 
 class WebConfig(Section):
@@ -105,6 +136,7 @@ class Config(Section):
     retrieval: RetrievalConfig = RetrievalConfig()
     budgets: BudgetConfig = BudgetConfig()
     guards: GuardConfig = GuardConfig()
+    roles: RoleConfig = RoleConfig()
     web: WebConfig = WebConfig()
     artifacts: ArtifactConfig = ArtifactConfig()
     mlflow: MLflowConfig = MLflowConfig()
@@ -179,7 +211,8 @@ def load_config(
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise UserError(f"invalid configuration at '{where}': {first['msg']} (see `dspy-rag config`)") from exc
+        reason = first["msg"].removeprefix("Value error, ")  # a validator's own sentence needs no label
+        raise UserError(f"invalid configuration at '{where}': {reason} (see `dspy-rag config`)") from exc
     for secret in (config.lm.api_key, config.web.tavily_api_key):
         if secret is not None:
             register_secret(secret.get_secret_value())

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from dspy_rag.config import Config, GuardConfig, load_config
+from dspy_rag.config import Config, GuardConfig, RoleConfig, load_config
+from dspy_rag.console import err, out, quiet
 from dspy_rag.errors import UserError
 from dspy_rag.evals.metrics import AnswerScores, weighted_score
 from dspy_rag.evals.ragas_bridge import HEADERS, Judge, RagasInputs, cell, inputs_of, ragas_scores, summarize
@@ -41,9 +41,9 @@ if TYPE_CHECKING:
     import dspy
 
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
 GUARDS = tuple(GuardConfig.model_fields)
+ROLES = tuple(RoleConfig.model_fields)  # the deep program's optional roles, each with a code fallback
+ABLATIONS = (*GUARDS, *ROLES)
 LOGGED = ("score", "em", "f1", "evidence_recall", "citation_validity", "median_seconds", "median_lm_calls")
 
 
@@ -53,7 +53,7 @@ class Column:
     artifact: str  # "none" for the uncompiled deep program and for the baseline
     model: str
     policy: str = "llm"  # the deep program's stopping policy; the baseline has none
-    without: str | None = None  # the deep program's guard turned off, for its ablation column
+    without: str | None = None  # the deep program's guard or optional role turned off, for its ablation column
 
     @property
     def label(self) -> str:
@@ -65,8 +65,8 @@ class Column:
 
 def columns_of(pipelines: list[str], artifacts: list[str], models: list[str],
                policies: Sequence[str] = ("llm",), without: Sequence[str] = ()) -> list[Column]:
-    """Every combination; artifacts, policies and guard ablations are the deep program's, so the other programs
-    run once per model. Each deep column is followed by one column per guard turned off."""
+    """Every combination; artifacts, policies and ablations are the deep program's, so the other programs run
+    once per model. Each deep column is followed by one column per guard or role turned off."""
     made = [column for m, p, a, policy in itertools.product(models, pipelines, artifacts, policies)
             for column in ([Column(p, a, m, policy), *(Column(p, a, m, policy, g) for g in without)] if p == "deep"
                            else [Column(p, "none", m)])]
@@ -160,19 +160,46 @@ def judged_as_asked(row: Row, judge: Judge | None) -> bool:
     return judge is None or row.judge == judge.model
 
 
-def keep_trajectory(path: Path, key: tuple[str, str, str], prediction: dspy.Prediction) -> None:
+def kept_trajectories(path: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The trajectories kept beside the rows, by set, column and question."""
+    kept = {}
+    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+        try:
+            entry = json.loads(line)
+            kept[(entry["set"], entry["pipeline"], entry["id"])] = entry["trajectory"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue  # a line cut short by an interruption
+    return kept
+
+
+def keep_trajectory(path: Path, key: tuple[str, str, str], trajectory: dict[str, Any]) -> None:
     """The deep program's trajectory beside its row, for reading why a question failed and for learning from."""
-    trajectory = getattr(prediction, "trajectory", None)
-    if trajectory is not None:
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"set": key[0], "pipeline": key[1], "id": key[2],
-                                     "trajectory": trajectory.to_json()}) + "\n")
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"set": key[0], "pipeline": key[1], "id": key[2], "trajectory": trajectory}) + "\n")
+
+
+def unchanged_by(column: Column, key: tuple[str, str, str], done: dict[tuple[str, str, str], Row],
+                 trajectories: dict[tuple[str, str, str], dict[str, Any]]) -> Row | None:
+    """The full program's row of a question on which a guard ablation's guard never fired: turning off a guard
+    that changed nothing changes no call, so its run would be the same run (the programs are greedy; the noise
+    of a run twice is measured beside). None when the guard fired, or the trajectory predates guard records."""
+    if column.without not in GUARDS:
+        return None
+    full = (key[0], replace(column, without=None).label, key[2])
+    trajectory = trajectories.get(full)
+    if full not in done or trajectory is None or "guards" not in trajectory:
+        return None
+    if any(fired["guard"] == column.without for fired in trajectory["guards"]):
+        return None
+    return replace(done[full], pipeline=column.label, same_as=full[1])
 
 
 def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache: Path,
                 build: Any, judge: Judge | None = None) -> tuple[dict[Column, list[Row]], set[Column]]:
     """Each column's rows, and the columns that ran or judged anything this time (the rest came from the cache)."""
     done = cached_rows(cache)
+    kept = cache.with_name("trajectories.jsonl")
+    trajectories = kept_trajectories(kept)
     cache.parent.mkdir(parents=True, exist_ok=True)
     rows: dict[Column, list[Row]] = {}
     fresh: set[Column] = set()
@@ -185,19 +212,23 @@ def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache:
                 if cached is not None and cached.ragas_inputs is not None:
                     # The answer stands; only the judge is new to it.
                     done[key] = with_ragas(cached, RagasInputs.from_json(cached.ragas_inputs), judge)
+                elif cached is None and (same := unchanged_by(column, key, done, trajectories)) is not None:
+                    done[key] = same
                 else:
                     program = program or build(column)
                     prediction, usage = run_question(program, question)
                     done[key] = with_ragas(score(eval_set, column.label, question, prediction, usage),
                                            inputs_of(question, prediction), judge)
-                    keep_trajectory(cache.with_name("trajectories.jsonl"), key, prediction)
+                    if (trajectory := getattr(prediction, "trajectory", None)) is not None:
+                        trajectories[key] = trajectory.to_json()
+                        keep_trajectory(kept, key, trajectories[key])
                 with cache.open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps(asdict(done[key])) + "\n")
                 fresh.add(column)
             row = done[key]
             failed = f" (failed: {row.failed})" if row.failed else ""
-            err.print(f"{column.label} {n}/{len(eval_set.questions)} f1 {row.f1:.2f} {row.seconds:.0f} s{failed}",
-                      highlight=False)
+            same = f" (the same run as {row.same_as}: the guard never fired)" if row.same_as else ""
+            err.print(f"{column.label} {n}/{len(eval_set.questions)} f1 {row.f1:.2f} {row.seconds:.0f} s{failed}{same}")
             rows.setdefault(column, []).append(row)
     return rows, fresh
 
@@ -210,8 +241,8 @@ def eval_command(
     model: Annotated[list[str] | None, typer.Option(help="model (repeat; default the configured one)")] = None,
     policy: Annotated[list[str] | None, typer.Option(help="deep: llm, plan or learned (the artifact's distilled "
                                                      "classifier) (repeat; default llm)")] = None,
-    without: Annotated[list[str] | None, typer.Option(help="deep: also run it with this guard off, as a column of its "
-                                                      "own (repeat): " + ", ".join(GUARDS))] = None,
+    without: Annotated[list[str] | None, typer.Option(help="deep: also run it with this guard or role off, as a column "
+                                                      "of its own (repeat): " + ", ".join(ABLATIONS))] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="first N dev questions")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="folder for results JSON, rows and report")] = None,
     judge: Annotated[str | None, typer.Option(help="a model that judges ragas' LLM metrics (faithfulness, answer "
@@ -234,8 +265,8 @@ def eval_command(
     policies = policy or ["llm"]
     if unknown := set(policies) - set(get_args(Policy)):
         raise UserError(f"unknown policy {sorted(unknown)}; choose {', '.join(get_args(Policy))}")
-    if unknown := set(without or []) - set(GUARDS):
-        raise UserError(f"unknown guard {sorted(unknown)}; choose {', '.join(GUARDS)}")
+    if unknown := set(without or []) - set(ABLATIONS):
+        raise UserError(f"unknown guard or role {sorted(unknown)}; choose {', '.join(ABLATIONS)}")
     columns = columns_of(pipelines, artifact or ["none"], model or [config.lm.model], policies, without or [])
     trainset = load_trainset(questions)
     eval_set = load_set(trainset, config)
@@ -250,17 +281,20 @@ def eval_command(
         return lms[name]
 
     def build(column: Column) -> dspy.Module:
-        guards = config.guards.model_copy(update={column.without: False} if column.without else {})
+        off = {column.without: False} if column.without else {}
         settings = config.model_copy(update={"lm": config.lm.model_copy(update={"model": column.model}),
-                                             "guards": guards})
+                                             "guards": config.guards.model_copy(update=off if column.without in GUARDS
+                                                                               else {}),
+                                             "roles": config.roles.model_copy(update=off if column.without in ROLES
+                                                                             else {})})
         dspy.configure(lm=lm_for(column.model), adapter=dspy.JSONAdapter())
         return program_for(column.pipeline, settings, eval_set.index, eval_set.web, column.policy,
-                           lambda _msg: None, column.artifact)
+                           quiet, column.artifact)
 
     grader = Judge(judge, lm_for(judge), eval_set.index.embedder) if judge else None
     rows, fresh = run_columns(eval_set, columns, config, folder / "rows.jsonl", build, grader)
     if grader:
-        err.print(f"judge {judge}, this run: {grader.report()}", highlight=False)
+        err.print(f"judge {judge}, this run: {grader.report()}")
     weights = dict(DEFAULT_WEIGHTS)
     first = rows[columns[0]]
     results = {c.label: summary(rows[c], weights, None if c == columns[0] else first) for c in columns}
@@ -271,7 +305,7 @@ def eval_command(
     write_atomic(folder / "report.md", markdown(results, title).encode("utf-8"))
     measured = [c for c in columns if c in fresh]
     if measured:
-        with mlflow_run(config, f"eval {trainset.name}", lambda text: err.print(text, highlight=False)) as tracked:
+        with mlflow_run(config, f"eval {trainset.name}", lambda text: err.print(text)) as tracked:
             tracked.params({"trainset": trainset.name, "trainset_hash": trainset.content_hash,
                             "questions": len(eval_set.questions), "metric": describe(weights), "judge": judge})
             tracked.metrics({f"{mlflow_key(c.label)}.{name}": results[c.label].get(name) for c in measured

@@ -1,9 +1,11 @@
 """The three programs side by side from `eval` results folders (scripts/eval-programs): per set, each
 column's F1 with its interval, and the deep program's F1 gain over the baseline and over the plain yardstick
-with paired intervals; the plain column's second run beside a set (`<folder>-plain-again`) shows the
-run-to-run noise.
+with paired intervals; a column's second run beside a set (`<folder>-plain-again`, `<folder>-again`) shows
+the run-to-run noise.
 
     python -m dspy_rag.evals.programs_table evals/results/programs-musique evals/results/programs-hotpotqa ...
+
+Ablation columns (`eval --without`) beside a full deep column get a table of their own.
 """
 
 import json
@@ -20,7 +22,32 @@ def _f1(rows: list[dict[str, Any]]) -> list[float]:
 
 
 def _column(results: dict[str, Any], pipeline: str) -> str | None:
-    return next((label for label in results["rows"] if label.split("@")[0].split("+")[0] == pipeline), None)
+    """The label of the program's full column (not an ablation)."""
+    return next((label for label in results["rows"]
+                 if label.split("@")[0].split("+")[0] == pipeline and ABLATED not in label), None)
+
+
+ABLATED = "-without-"
+
+
+def ablations(folder: Path) -> str:
+    """Each ablation column beside the full deep program: its F1, the paired change, and on how many questions
+    the guard fired (elsewhere the ablation is the full program's run)."""
+    results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    full = _column(results, "deep")
+    if full is None:
+        return ""
+    base = _f1(results["rows"][full])
+    lines = [f"{results['trainset']} ({len(base)} questions), {full}: F1 {statistics.fmean(base):.3f}",
+             "| turned off | F1 | change | questions it changed |", "|---|---|---|---|"]
+    for label, rows in results["rows"].items():
+        if ABLATED in label and label.startswith(full.split("@")[0]):
+            f1 = _f1(rows)
+            ran = sum(r.get("same_as") is None for r in rows)
+            lines.append(f"| {label.split(ABLATED)[1].split('@')[0]} | {statistics.fmean(f1):.3f} | "
+                         f"{statistics.fmean(f1) - statistics.fmean(base):+.3f} {interval_text(f1, base)} | "
+                         f"{ran} of {len(rows)} |")
+    return "\n".join(lines) + "\n"
 
 
 def table(folders: list[Path]) -> str:
@@ -54,6 +81,14 @@ def noise(first: Path, again: Path, pipeline: str = "plain") -> str:
 if __name__ == "__main__":
     folders = [Path(p) for p in sys.argv[1:]]
     print(table(folders))
-    for folder in folders:  # scripts/eval-programs runs the plain column a second time beside each set
-        if (again := folder.with_name(folder.name + "-plain-again")).is_dir():
-            print(noise(folder, again))
+    for folder in folders:  # scripts/eval-programs runs some columns a second time beside a set
+        for suffix in ("-plain-again", "-again"):
+            if (again := folder.with_name(folder.name + suffix)).is_dir():
+                ran = json.loads((again / "results.json").read_text(encoding="utf-8"))
+                for pipeline in ("plain", "baseline", "deep"):
+                    if _column(ran, pipeline) is not None:
+                        print(noise(folder, again, pipeline))
+    for folder in folders:
+        for each in (folder, folder.with_name(folder.name + "-again")):
+            if each.is_dir() and ABLATED in "".join(json.loads((each / "results.json").read_text())["rows"]):
+                print(ablations(each))

@@ -54,6 +54,7 @@ class Row:
     judge_failed: list[str] | None = None  # the judged metrics whose judge reply failed
     failed: str | None = None  # why the program gave no answer (it scores zero and is counted, not skipped)
     ragas_inputs: dict[str, Any] | None = None  # what ragas scored, so a later judge needs no new run
+    same_as: str | None = None  # the column whose run this row is: a guard's ablation where the guard never fired
 
 
 @dataclass

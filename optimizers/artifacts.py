@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+from pydantic import TypeAdapter, ValidationError
 
 from dspy_rag.errors import UserError
 from dspy_rag.files import write_atomic
@@ -163,10 +164,21 @@ def read_manifest(folder: Path) -> Manifest:
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise UserError(f"{folder} is not a dspy-rag artifact (its manifest is foreign); compile one with "
                         "`dspy-rag compile`")
-    if not isinstance(raw.get("version"), int) or raw["version"] > ARTIFACT_VERSION:
-        raise UserError(f"{folder} was written by a newer dspy-rag (artifact version {raw.get('version')}, this "
-                        f"one reads up to {ARTIFACT_VERSION}); upgrade dspy-rag")
-    known = {f.name for f in fields(Manifest)}
+    version = raw.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise UserError(f"{path} is corrupt (version {version!r:.20} is no artifact version); recompile the artifact")
+    if version > ARTIFACT_VERSION:
+        raise UserError(f"{folder} was written by a newer dspy-rag (artifact version {version}, this one reads up "
+                        f"to {ARTIFACT_VERSION}); upgrade dspy-rag")
+    known = {f.name: f.type for f in fields(Manifest)}
+    for name, value in raw.items():
+        try:  # strict: a mistyped field ("predictors": 5, "model": 42) is corrupt, not coerced
+            if name in known:
+                TypeAdapter(known[name]).validate_python(value, strict=True)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join([name, *(str(part) for part in first["loc"])])
+            raise UserError(f"{path} is corrupt ({where}: {first['msg'].lower()}); recompile the artifact") from exc
     try:
         return Manifest(**{k: v for k, v in raw.items() if k in known})
     except TypeError as exc:
@@ -175,36 +187,52 @@ def read_manifest(folder: Path) -> Manifest:
 
 @dataclass(frozen=True)
 class Rename:
-    """A predictor of an older program that lives on under a new name: its demos' fields renamed, the fields the
-    new signature lacks dropped, and the new signature's own instruction kept (the old one asked for another
-    output)."""
+    """A predictor of an older program under its current name. Its state moves whole, unless its signature changed
+    too (`fields`): then its demos' fields are renamed, the fields the new signature lacks dropped, and the new
+    signature's own instruction kept (the old one asked for another output)."""
 
     old: str
     new: str
-    fields: dict[str, str]
+    fields: dict[str, str] | None = None
 
 
-# The synthesizer wrote a cited answer and a short answer in JSON; the short answer is now its own plain call.
-RENAMES = (Rename("synthesize", "short_answer.predict", {"evidence": "passages"}),)
+SYNTHESIZER = "synthesizer.short_answer.predict"
+# Each role became a module of its own, its predictor named after it; before that, the synthesizer wrote a cited
+# answer and a short answer in JSON, where the short answer is now its own plain call.
+RENAMES = (
+    Rename("synthesize", SYNTHESIZER, {"evidence": "passages"}),
+    Rename("short_answer.predict", SYNTHESIZER),
+    Rename("plan", "planner.predict"),
+    Rename("rewrite", "researcher.rewriter.predict"),
+    Rename("supervise", "researcher.supervisor.predict"),
+    Rename("distill", "researcher.distiller.predict"),
+    Rename("reflect", "researcher.reflection.predict"),
+    Rename("decide", "policy.predict"),
+)
 
 
 def migrated_predictors(predictors: dict[str, list[str]], expected: dict[str, list[str]]
                         ) -> tuple[dict[str, list[str]], list[Rename]]:
-    """The manifest's predictors as this program names them, and the renames that took."""
+    """The manifest's predictors as this program names them, and the renames that took. A predictor that moves
+    whole keeps the fields it was compiled with, so one whose signature changed since still fails to load."""
     out, renamed = dict(predictors), []
     for rename in RENAMES:
         if rename.old in out and rename.old not in expected and rename.new in expected and rename.new not in out:
-            out = {(rename.new if k == rename.old else k): (expected[rename.new] if k == rename.old else v)
+            out = {(rename.new if k == rename.old else k):
+                   (expected[rename.new] if k == rename.old and rename.fields is not None else v)
                    for k, v in out.items()}
             renamed.append(rename)
     return out, renamed
 
 
 def migrated_state(state: dict[str, Any], renamed: list[Rename], program: dspy.Module) -> dict[str, Any]:
-    """The saved state with each renamed predictor's demos moved to its new name and fields."""
+    """The saved state with each renamed predictor's state moved to its new name (and fields)."""
     predictors = dict(program.named_predictors())
     for rename in renamed:
         old = state.pop(rename.old)
+        if rename.fields is None:
+            state[rename.new] = old
+            continue
         target = predictors[rename.new]
         keep = set(target.signature.fields)
         demos = [{rename.fields.get(k, k): v for k, v in demo.items() if rename.fields.get(k, k) in keep}

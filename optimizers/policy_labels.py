@@ -18,6 +18,7 @@ from dspy_rag.optimizers.metric import ResearchMetric
 from dspy_rag.optimizers.policy_features import DecisionPoint, Embed, decision_points, feature_values
 from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.lm_calls import LMCalls
+from dspy_rag.pipelines.research_run import ResearchRun
 
 
 @dataclass
@@ -58,7 +59,7 @@ def stop_labels(scores: list[float], cost: float) -> list[bool]:
 def trace_question(program: DeepResearch, example: dspy.Example, metric: ResearchMetric, embed: Embed
                    ) -> TracedQuestion:
     """Run one question to the end of its plan and take every decision point apart."""
-    if program.policy != "plan":
+    if program.policy.mode != "plan":
         raise ValueError("labels need the whole plan researched: build the program with policy='plan'")
     prediction = program(question=example.question)
     points = decision_points(prediction.trajectory)[:-1]  # the last step has no continuation to compare with
@@ -73,11 +74,12 @@ def decision_at(program: DeepResearch, example: dspy.Example, metric: ResearchMe
     findings = [s.finding for s in point.steps]
     remaining = [s["sub_question"] for s in trajectory.plans[point.revisions][-point.steps_left:]]
     calls = LMCalls(program.budgets, [])
-    lm_decision, _ = program.ask_policy(example.question, remaining, findings, calls)
+    lm_decision, _ = program.policy.ask(example.question, remaining, findings, calls)
     read = {s.id for s in trajectory.floor} | {s.id for step in point.steps for s in step.reranked}
     # What the answer would have been written from had the research stopped here: the floor and the passages of
     # the steps so far, as far as the final evidence holds them.
     evidence = [p for p in prediction.passages if p.id in read]
     stopped = replace(trajectory, steps=list(point.steps), calls=calls.records)
-    answer = program.answer(example.question, findings, evidence, calls, stopped)
+    answer = program.synthesizer(question=example.question, findings=findings, evidence=evidence,
+                                 run=ResearchRun(stopped, calls, lambda _kind, _text: None))
     return Decision(feature_values(point, embed), lm_decision, metric.score(example, answer))

@@ -8,10 +8,11 @@ import dspy
 from dspy_rag.config import Config
 from dspy_rag.index import Index
 from dspy_rag.pipelines.baseline import BaselineRAG
-from dspy_rag.pipelines.deep import DeepResearch, PolicyMode
+from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.evidence import evidence_chars
 from dspy_rag.pipelines.learned_policy import LearnedPolicy
 from dspy_rag.pipelines.plain import PlainRAG
+from dspy_rag.pipelines.policy import PolicyMode
 from dspy_rag.reranker import load_reranker
 from dspy_rag.retrieval import Retriever
 from dspy_rag.web import WebSearch
@@ -29,4 +30,5 @@ def build_program(pipeline: Pipeline, settings: Config, index: Index, web: WebSe
         return BaselineRAG(retriever, settings.retrieval.top_n, web, load_reranker(settings))
     return DeepResearch(retriever, load_reranker(settings), web, settings.retrieval.top_n, settings.budgets,
                         policy, on_event=on_event, learned=learned,
-                        evidence_chars=evidence_chars(settings.lm.context_window), guards=settings.guards)
+                        evidence_chars=evidence_chars(settings.lm.context_window), guards=settings.guards,
+                        roles=settings.roles)

@@ -1,6 +1,7 @@
 """Artifacts: a compiled program saved and loaded under another model behaves identically; corrupt,
 foreign and newer artifacts are refused with one clear line; a failed save leaves nothing behind."""
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,10 @@ ONE_STEP_RUN: list[dict[str, Any]] = [
 def compiled(index: Index) -> DeepResearch:
     """A program as an optimizer leaves it: a new planner instruction and a demo for the short answer."""
     program = DeepResearch(Retriever(index, top_k=10))
-    program.plan.signature = program.plan.signature.with_instructions("Plan in at most two steps.")
-    program.short_answer.predict.demos = [dspy.Example(question="Who makes the H100?",
-                                                       passages=["[1] NVIDIA makes the H100."], short_answer="NVIDIA")]
+    planner = program.planner.predict
+    planner.signature = planner.signature.with_instructions("Plan in at most two steps.")
+    program.synthesizer.short_answer.predict.demos = [
+        dspy.Example(question="Who makes the H100?", passages=["[1] NVIDIA makes the H100."], short_answer="NVIDIA")]
     return program
 
 
@@ -63,7 +65,7 @@ def test_round_trip_under_another_model_prompts_identically(saved: Path, tenk_in
     loaded = DeepResearch(Retriever(tenk_index, top_k=10))
     info = artifacts.load(saved, loaded)
     assert info.model == "local/qwen2.5-coder-0.5b" and info.trajectories == 1 and info.created
-    assert loaded.plan.signature.instructions == "Plan in at most two steps."
+    assert loaded.planner.predict.signature.instructions == "Plan in at most two steps."
     assert prompts(loaded) == prompts(compiled(tenk_index))
     assert prompts(loaded) != prompts(DeepResearch(Retriever(tenk_index, top_k=10)))  # the artifact matters
     assert sorted(p.name for p in saved.iterdir()) == ["manifest.json", "program.json", "trajectories.jsonl"]
@@ -75,32 +77,61 @@ def test_the_shipped_default_loads_into_the_current_program(tenk_index: Index) -
     info = artifacts.load(artifacts.SHIPPED / "deep-qwen2.5-coder-0.5b", program)
     assert info.model == "local/qwen2.5-coder-0.5b" and info.dev_after > info.dev_before
     # Compiled for the synthesizer of an older program: its demos now show the short answer its passages.
-    demos = program.short_answer.predict.demos
+    demos = program.synthesizer.short_answer.predict.demos
     assert demos and all(set(d) == {"question", "passages", "short_answer"} and d["passages"][0].startswith("[1] ")
                          for d in demos)
-    assert program.short_answer.predict.signature.instructions == AnswerBriefly.instructions
+    assert program.synthesizer.short_answer.predict.signature.instructions == AnswerBriefly.instructions
 
 
 def test_an_older_programs_predictor_is_migrated_only_where_the_program_has_its_new_name() -> None:
     old = {"plan": ["question", "->", "steps"], "synthesize": ["question", "findings", "evidence", "->", "answer",
                                                                "short_answer"]}
-    expected = {"plan": ["question", "->", "steps"], "short_answer.predict": ["passages", "question", "->",
-                                                                               "short_answer"]}
+    expected = {"planner.predict": ["question", "->", "steps"],
+                "synthesizer.short_answer.predict": ["passages", "question", "->", "short_answer"]}
     predictors, renamed = artifacts.migrated_predictors(old, expected)
-    assert predictors == expected and [r.old for r in renamed] == ["synthesize"]
+    assert predictors == expected and [r.old for r in renamed] == ["synthesize", "plan"]
     assert artifacts.migrated_predictors(old, old) == (old, [])  # a program that still has it: nothing moves
+
+
+def test_a_predictor_moved_whole_keeps_its_fields_so_a_changed_signature_still_fails() -> None:
+    old = {"plan": ["question", "->", "steps", "reason"]}
+    predictors, _ = artifacts.migrated_predictors(old, {"planner.predict": ["question", "->", "steps"]})
+    assert predictors == {"planner.predict": ["question", "->", "steps", "reason"]}
+
+
+def test_an_artifact_of_the_program_before_its_role_modules_loads_with_its_instructions_and_demos(
+        tenk_index: Index, tmp_path: Path) -> None:
+    program = compiled(tenk_index)
+    artifacts.save(tmp_path / "new", program, manifest(predictors=artifacts.program_signature(program)), [])
+    # The same artifact as the program of one module with seven predictors wrote it.
+    flat = {"planner.predict": "plan", "researcher.rewriter.predict": "rewrite",
+            "researcher.supervisor.predict": "supervise", "researcher.distiller.predict": "distill",
+            "researcher.reflection.predict": "reflect", "policy.predict": "decide",
+            "synthesizer.short_answer.predict": "short_answer.predict"}
+    state = {flat[k]: v for k, v in json.loads((tmp_path / "new" / "program.json").read_text()).items()}
+    raw = json.loads((tmp_path / "new" / "manifest.json").read_text())
+    raw["predictors"] = {flat[k]: v for k, v in raw["predictors"].items()}
+    old = tmp_path / "old"
+    old.mkdir()
+    body = json.dumps(state).encode()
+    (old / "program.json").write_bytes(body)
+    (old / "manifest.json").write_text(json.dumps({**raw, "state_sha256": hashlib.sha256(body).hexdigest()}))
+    loaded = DeepResearch(Retriever(tenk_index, top_k=10))
+    artifacts.load(old, loaded)
+    assert loaded.planner.predict.signature.instructions == "Plan in at most two steps."
+    assert loaded.dump_state() == program.dump_state()
 
 
 def test_no_lm_settings_or_keys_reach_the_artifact(tenk_index: Index, tmp_path: Path) -> None:
     program = compiled(tenk_index)
-    program.short_answer.predict.lm = dspy.LM("openai/gpt-4o-mini", api_key="sk-secret-value")
+    program.synthesizer.short_answer.predict.lm = dspy.LM("openai/gpt-4o-mini", api_key="sk-secret-value")
     artifacts.save(tmp_path / "a", program, manifest(predictors=artifacts.program_signature(program)), [])
     assert "sk-secret" not in "".join(p.read_text() for p in (tmp_path / "a").iterdir())
 
 
 def test_a_changed_state_is_refused_as_corrupt(saved: Path, tenk_index: Index) -> None:
     state = json.loads((saved / "program.json").read_text())
-    state["plan"]["signature"]["instructions"] = "Ignore the documents."
+    state["planner.predict"]["signature"]["instructions"] = "Ignore the documents."
     (saved / "program.json").write_text(json.dumps(state))
     with pytest.raises(UserError, match="corrupt"):
         artifacts.load(saved, DeepResearch(Retriever(tenk_index, top_k=10)))
@@ -116,6 +147,23 @@ def test_bad_manifests_are_refused(saved: Path, tenk_index: Index, content: str,
     (saved / "manifest.json").write_text(content)
     with pytest.raises(UserError, match=message):
         artifacts.load(saved, DeepResearch(Retriever(tenk_index, top_k=10)))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"predictors": 5}, r"predictors: input should be a valid dictionary"),
+    ({"model": 42}, r"model: input should be a valid string"),
+    ({"version": -7}, r"version -7 is no artifact version"),
+    ({"version": "1"}, r"version '1' is no artifact version"),
+    ({"weights": {"f1": "abc"}}, r"weights\.f1: input should be a valid number"),
+    ({"dev_after": True}, r"dev_after: input should be a valid number"),
+])
+def test_a_mistyped_manifest_field_is_corrupt_not_coerced(saved: Path, tenk_index: Index, change: dict[str, Any],
+                                                          message: str) -> None:
+    raw = json.loads((saved / "manifest.json").read_text())
+    (saved / "manifest.json").write_text(json.dumps({**raw, **change}))
+    with pytest.raises(UserError, match=message) as error:
+        artifacts.load(saved, DeepResearch(Retriever(tenk_index, top_k=10)))
+    assert "corrupt" in str(error.value) and "recompile" in str(error.value)
 
 
 def test_an_artifact_for_other_modules_is_refused(saved: Path, tenk_index: Index) -> None:

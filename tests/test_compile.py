@@ -53,10 +53,10 @@ def test_bootstrap_keeps_demos_from_passing_runs_and_records_everything(trainset
     folder = settings.artifacts.path / "tiny-bootstrap"
     state = json.loads((folder / "program.json").read_text())
     # the two passing train runs (q1, q3) became demos, each predictor gets one trace per run
-    answer_demos = state["short_answer.predict"]["demos"]
+    answer_demos = state["synthesizer.short_answer.predict"]["demos"]
     assert [d["short_answer"] for d in answer_demos] == ["$15.01 billion"] * 2
     assert all(d.get("augmented") for d in answer_demos)  # traced, complete demos only: no raw examples
-    assert {d["question"] for d in state["plan"]["demos"] if d.get("augmented")} == {
+    assert {d["question"] for d in state["planner.predict"]["demos"] if d.get("augmented")} == {
         "Question 1: what was the revenue?", "Question 3: what was the revenue?"}
     assert manifest.dev_questions == 2 and set(manifest.dev_scores) == {"q5", "q6"}
     assert manifest.dev_scores["q5"][0] > manifest.dev_scores["q6"][0]  # right answer beats wrong one
@@ -84,10 +84,10 @@ def test_labeled_few_shot_makes_no_lm_calls_to_optimize(trainset: Path, settings
     assert manifest.lm_calls == 4 * len(REPLIES)  # two dev questions before and after, seven calls a run
     state = json.loads((settings.artifacts.path / "tiny-labeled" / "program.json").read_text())
     # no example shows the passages of its answer, so the short answer gets no demo that would show "Not supplied"
-    assert state["short_answer.predict"]["demos"] == []
+    assert state["synthesizer.short_answer.predict"]["demos"] == []
     # only q1 is labeled with a plan, so the planner gets that one demo rather than unusable ones
-    assert [d["question"] for d in state["plan"]["demos"]] == ["Question 1: what was the revenue?"]
-    assert [s["sub_question"] for s in state["plan"]["demos"][0]["steps"]] == ["What was Data Center revenue?"]
+    assert [d["question"] for d in state["planner.predict"]["demos"]] == ["Question 1: what was the revenue?"]
+    assert [s["sub_question"] for s in state["planner.predict"]["demos"][0]["steps"]] == ["What was Data Center revenue?"]
 
 
 def test_a_recompile_starts_from_its_parent(trainset: Path, settings: Config, scripted: list[DummyLM]) -> None:
@@ -162,7 +162,7 @@ def test_the_metric_speaks_every_shape_dspy_calls_it_with() -> None:
     assert metric(example, prediction, trace=[]) is True
     wrong = dspy.Prediction(answer="Intel.", short_answer="Intel", draft="Intel.", passages=[])
     assert metric(example, wrong, trace=[]) is False
-    feedback = metric(example, wrong, None, "short_answer.predict", None)
+    feedback = metric(example, wrong, None, "synthesizer.short_answer.predict", None)
     assert feedback.score == 0.0 and "TSMC and Samsung" in feedback.feedback
     with pytest.raises(ValueError, match="unknown score components"):
         ResearchMetric({"f2": 1.0})
@@ -180,9 +180,9 @@ def test_musique_decompositions_become_the_planners_labeled_demos(tenk_index: An
     musique = [q for q in load_trainset("musique").questions("train") if len(q.plan) >= 2][:2]
     compiled = LabeledFewShot(k=2).compile(DeepResearch(Retriever(tenk_index, top_k=5)),
                                            trainset=[example_of(q) for q in musique])
-    plans = [[s.sub_question for s in demo.steps] for demo in compiled.plan.demos]
+    plans = [[s.sub_question for s in demo.steps] for demo in compiled.planner.predict.demos]
     assert sorted(plans) == sorted([s["sub_question"] for s in q.plan] for q in musique)
-    prompt = dspy.JSONAdapter().format(compiled.plan.signature, compiled.plan.demos,
+    prompt = dspy.JSONAdapter().format(compiled.planner.predict.signature, compiled.planner.predict.demos,
                                        {"question": "Q?", "sections": [], "web_available": False, "findings": []})
     assert musique[0].plan[1]["sub_question"] in "".join(m["content"] for m in prompt)
 
@@ -199,8 +199,8 @@ def test_hotpotqa_supporting_paragraphs_become_the_short_answers_labeled_demos(t
         assert all(sentence in s.passage.text for s in question.support for sentence in s.sentences)
     compiled = LabeledPerModule(k=2).compile(DeepResearch(Retriever(tenk_index, top_k=5)),
                                              trainset=[example_of(q) for q in questions])
-    assert compiled.plan.demos == []  # HotpotQA labels no plan
-    demos = compiled.short_answer.predict.demos
+    assert compiled.planner.predict.demos == []  # HotpotQA labels no plan
+    demos = compiled.synthesizer.short_answer.predict.demos
     assert len(demos) == 2 and {d.short_answer for d in demos} <= {q.answer for q in questions}
     by_question = {q.question: q for q in questions}
     for demo in demos:  # the demo shows the supporting paragraphs as the index does, numbered

@@ -9,11 +9,12 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from dspy_rag.config import BudgetConfig, GuardConfig
+from dspy_rag.config import BudgetConfig, GuardConfig, RoleConfig
 from dspy_rag.index import Index
-from dspy_rag.pipelines.deep import DeepResearch, cited_from
+from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.guards import query_for, routed_to_web
 from dspy_rag.pipelines.step_answer import answer_in
+from dspy_rag.pipelines.synthesizer import cited_from
 from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
 from dspy_rag.retrieval import Passage, Retriever
 from dspy_rag.signatures import Step
@@ -80,6 +81,30 @@ def test_continue_then_finish_runs_every_module_once_per_step(tenk_index: Index)
     assert prediction.events[0][1].startswith("for the question: ")
     # the findings reach the later modules: the second rewrite sees the first finding
     assert "$15.01 billion" in lm.history[6]["messages"][-1]["content"]
+
+
+@pytest.mark.parametrize("roles, skipped", [(RoleConfig(distiller=False), "distill"),
+                                             (RoleConfig(reflection=False), "reflect"),
+                                             (RoleConfig(distiller=False, reflection=False), "both")])
+def test_a_role_switched_off_makes_no_call_and_its_code_fallback_stands_in(tenk_index: Index, roles: RoleConfig,
+                                                                            skipped: str) -> None:
+    one_step = step()
+    if skipped in ("distill", "both"):
+        one_step.remove(one_step[2])
+    if skipped in ("reflect", "both"):
+        one_step.remove(one_step[-1])
+    prediction, lm = run(tenk_index, [plan("What was Data Center revenue?"), *one_step, decide("FINISH"),
+                                      synthesize()], roles=roles)
+    record = prediction.trajectory.steps[0]
+    modules = [c.module for c in prediction.trajectory.calls]
+    assert len(lm.history) == len(modules) and "policy" in modules and "answer" in modules
+    assert ("distill" in modules) == roles.distiller and ("reflect" in modules) == roles.reflection
+    passages = prediction.passages
+    if not roles.distiller:  # the notes are the leading sentences of the step's first two passages
+        top = [p for p in passages if p.id in {s.id for s in record.reranked}]
+        assert record.context.split(".")[0] in " ".join(top[0].text.split()) and len(record.used_passages) == 2
+    if not roles.reflection:
+        assert record.finding == record.context.split(". ")[0].rstrip(".") + "."
 
 
 def test_finish_early_skips_the_rest_of_the_plan(tenk_index: Index) -> None:

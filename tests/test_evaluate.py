@@ -148,3 +148,28 @@ def test_an_ablation_runs_the_program_with_that_guard_off(trainset: Path, tmp_pa
     assert fired == {"deep@qwen2.5-coder-0.5b": {"query_guard"}, "deep-without-query_guard@qwen2.5-coder-0.5b": set()}
     assert [e.artifact for e in read(tmp_path / "artifacts" / "ledger.jsonl")] == [None]  # an ablation is no lineage
     assert eval_cli(trainset, tmp_path / "out2", "--without", "bogus").exit_code != 0
+
+
+def test_a_guard_that_never_fired_leaves_its_ablation_the_full_programs_run(trainset: Path, tmp_path: Path,
+                                                                            scripted: list[DummyLM]) -> None:
+    result = eval_cli(trainset, tmp_path / "out", "--without", "query_guard")
+    assert result.exit_code == 0, result.output
+    kept = [json.loads(line) for line in (tmp_path / "out" / "trajectories.jsonl").read_text().splitlines()]
+    assert all(not k["trajectory"]["guards"] for k in kept)  # the scripted queries are on topic
+    assert {k["pipeline"] for k in kept} == {"deep@qwen2.5-coder-0.5b"}  # no second run
+    rows = json.loads((tmp_path / "out" / "results.json").read_text())["rows"]
+    full, ablation = rows["deep@qwen2.5-coder-0.5b"], rows["deep-without-query_guard@qwen2.5-coder-0.5b"]
+    assert [r["same_as"] for r in ablation] == ["deep@qwen2.5-coder-0.5b"] * 2
+    assert [r["answer"] for r in ablation] == [r["answer"] for r in full]
+    assert "the guard never fired" in result.output
+
+
+def test_a_role_ablation_runs_the_program_with_its_code_fallback(trainset: Path, tmp_path: Path,
+                                                                 scripted: list[DummyLM]) -> None:
+    result = eval_cli(trainset, tmp_path / "out", "--without", "distiller")
+    assert result.exit_code == 0, result.output
+    kept = [json.loads(line) for line in (tmp_path / "out" / "trajectories.jsonl").read_text().splitlines()]
+    modules = {k["pipeline"]: {c["module"] for c in k["trajectory"]["calls"]} for k in kept if k["id"] == "q5"}
+    assert "distill" in modules["deep@qwen2.5-coder-0.5b"]
+    assert "distill" not in modules["deep-without-distiller@qwen2.5-coder-0.5b"]
+    assert "reflect" in modules["deep-without-distiller@qwen2.5-coder-0.5b"]

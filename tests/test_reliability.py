@@ -244,7 +244,7 @@ def compiled(workspace: Path) -> Path:
 
     for name in ("mine", "other"):
         program = DeepResearch(Retriever(Index(load_config())))
-        program.plan.signature = program.plan.signature.with_instructions(f"Plan {name}.")
+        program.planner.predict.signature = program.planner.predict.signature.with_instructions(f"Plan {name}.")
         artifacts.save(workspace / "artifacts" / name, program,
                        manifest(name=name, predictors=artifacts.program_signature(program)), [])
     return workspace / "artifacts"

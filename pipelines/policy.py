@@ -1,0 +1,61 @@
+"""The policy role: after each step, CONTINUE, REVISE or FINISH, decided by the policy LM, the learned classifier
+or the plan, with the keep_going guard deciding first."""
+
+from typing import Literal
+
+import dspy
+
+from dspy_rag.optimizers.policy_features import live_point
+from dspy_rag.pipelines.guards import must_go_on
+from dspy_rag.pipelines.learned_policy import LearnedPolicy
+from dspy_rag.pipelines.lm_calls import LMCalls
+from dspy_rag.pipelines.research_run import ResearchRun
+from dspy_rag.signatures import DecideNext, Step
+
+PolicyMode = Literal["llm", "plan", "learned"]
+
+
+def by_plan(steps_left: int) -> tuple[str, str]:
+    return ("CONTINUE", "plan has steps left") if steps_left else ("FINISH", "plan done")
+
+
+class ResearchPolicy(dspy.Module):
+    """Decides what the research does next. `mode` llm asks the policy LM, learned asks the distilled classifier
+    (while the plan has steps left), plan follows the plan."""
+
+    def __init__(self, mode: PolicyMode = "llm", learned: LearnedPolicy | None = None,
+                 keep_going: bool = True) -> None:
+        super().__init__()
+        if mode == "learned" and learned is None:
+            raise ValueError("policy 'learned' needs the LearnedPolicy to decide with")
+        self.mode = mode
+        self.learned = learned
+        self.keep_going = keep_going
+        self.predict = dspy.Predict(DecideNext)
+
+    def forward(self, question: str, remaining: list[Step], findings: list[str], web_available: bool,
+                run: ResearchRun) -> tuple[str, str]:
+        """The decision and its reason, after the trajectory's last step."""
+        record = run.trajectory
+        if self.mode == "learned" and remaining and self.learned is not None:
+            decision, probability = self.learned.decide(live_point(question, record, len(remaining)))
+            record.steps[-1].finish_probability = round(probability, 4)
+            return decision, f"learned: p(finish) {probability:.2f}, threshold {self.learned.threshold:.2f}"
+        if self.mode != "llm":  # the plan policy, or the learned one with the plan done: it never revises
+            return by_plan(len(remaining))
+        searched_web = any(step.tool == "search_web" for step in record.steps)
+        if self.keep_going and (fired := must_go_on(remaining, searched_web, web_available)):
+            run.guarded(fired, record.steps[-1].index)
+            return "CONTINUE", f"keep_going: {fired.why}"
+        decision, reason = self.ask(question, [s.sub_question for s in remaining], findings, run.calls)
+        if decision == "CONTINUE" and not remaining:
+            return "FINISH", f"{reason} (no steps left)"
+        return decision, reason
+
+    def ask(self, question: str, remaining: list[str], findings: list[str], calls: LMCalls) -> tuple[str, str]:
+        """The policy LM's decision and reason; the plan's when its output never parses."""
+        planned, why = by_plan(len(remaining))
+        fallback = dspy.Prediction(decision=planned, reason=f"fallback: {why}")
+        decided = calls("policy", self.predict, lambda: fallback, question=question, remaining_steps=remaining,
+                        findings=findings)
+        return decided.decision, decided.reason
