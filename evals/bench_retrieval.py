@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import numpy as np
 import typer
 from rich import box
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from dspy_rag.bm25 import LuceneBM25
 from dspy_rag.config import Config, load_config
+from dspy_rag.console import err, out
 from dspy_rag.documents import Document, Section
 from dspy_rag.errors import UserError, exit_with_error
 from dspy_rag.files import write_json_atomic
@@ -345,8 +345,6 @@ def scaling(sizes: list[int], queries: int = 50) -> list[dict[str, Any]]:
 
 bench_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                         help="Benchmarks: retrieval recall and latency on multi-hop question sets.")
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
 
 
 @bench_app.callback()
@@ -416,7 +414,7 @@ def held_out_ids(reranker: "Reranker | None") -> set[str]:
 
 def dataset_run(questions: Path, corpus: Path, work: Path, reranker: "Reranker | None", top_k: int,
                 limit: int | None, only: set[str] | None = None) -> dict[str, Any]:
-    err.print(f"index: {work}", markup=False, highlight=False)
+    err.print(f"index: {work}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as progress:
         return run(questions, corpus, work, reranker, top_k, limit, ingest_progress(progress), only)
@@ -440,16 +438,15 @@ def print_run(result: dict[str, Any]) -> None:
                       f"{row['latency_ms']['median']:.1f}", f"{row['latency_ms']['p90']:.1f}",
                       f"{rerank['median']:.1f}" if rerank else "-")
     out.print(table)
-    out.print(f"reranker: {result['reranker'] or 'none'}", markup=False, highlight=False)
+    out.print(f"reranker: {result['reranker'] or 'none'}")
     best_gain, hybrid_gain = result["rerank_gain_recall@5"], result["rerank_gain_over_hybrid_recall@5"]
     line = f"best single strategy (recall@5): {result['best_single']}"
     out.print(line + (f"; {RERANKED} gains {best_gain:+.3f} recall@5 over it, {hybrid_gain:+.3f} over hybrid"
-                      if best_gain is not None else ""), markup=False, highlight=False)
+                      if best_gain is not None else ""))
     if NO_BRIDGE in result["strategies"]:
-        out.print(f"{RERANKED} bridges; {NO_BRIDGE}: the same reranker without, {BRIDGE_ONLY}: the bridge alone",
-                  markup=False, highlight=False)
+        out.print(f"{RERANKED} bridges; {NO_BRIDGE}: the same reranker without, {BRIDGE_ONLY}: the bridge alone")
     if result["gold_missing_from_corpus"]:
-        out.print(f"note: {result['gold_missing_from_corpus']} gold passages are not in the corpus", markup=False)
+        out.print(f"note: {result['gold_missing_from_corpus']} gold passages are not in the corpus")
 
 
 def print_scaling(rows: list[dict[str, Any]]) -> None:
@@ -460,7 +457,7 @@ def print_scaling(rows: list[dict[str, Any]]) -> None:
                       f"{row['build_seconds']['keyword']:.1f}",
                       *(f"{row[k]['median']:.1f}/{row[k]['p90']:.1f}" for k in ("vector_ms", "keyword_ms", "hybrid_ms")))
     out.print(table)
-    out.print("vector queries are random vectors: no query embedding time is included", markup=False)
+    out.print("vector queries are random vectors: no query embedding time is included")
 
 
 @bench_app.command("retrieval")

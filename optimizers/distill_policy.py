@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dspy_rag.config import Config, load_config
+from dspy_rag.console import err, progress
 from dspy_rag.errors import UserError
 
 if TYPE_CHECKING:  # dspy and scikit-learn cost a second to import, and every CLI command loads this module
@@ -37,7 +38,6 @@ if TYPE_CHECKING:  # dspy and scikit-learn cost a second to import, and every CL
 
 DEFAULT_STEP_COST = 0.02  # a step must raise the score by 2 points (of 100) to be worth its ~5 LM calls
 MAX_FOLDS = 5
-err = Console(stderr=True, soft_wrap=True)
 
 
 @dataclass
@@ -244,5 +244,4 @@ def distill_policy_command(
     """Learn when to stop researching: label every decision point of traced train runs, fit a logistic
     regression and save it into the artifact (`ask --policy learned`)."""
     config = load_config(config_file, overrides={"lm.model": model})
-    distill_policy(DistillRequest(trainset, artifact, step_cost, train_limit), config, err,
-                   lambda msg: err.print(f"[dim]›[/dim] {msg}", highlight=False))
+    distill_policy(DistillRequest(trainset, artifact, step_cost, train_limit), config, err, progress)

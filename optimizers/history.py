@@ -20,12 +20,12 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from dspy_rag.config import load_config
+from dspy_rag.console import out
 from dspy_rag.errors import UserError
 from dspy_rag.files import write_atomic
 from dspy_rag.optimizers.ledger import LedgerEntry, ledger_path, read
 
 UNCOMPILED = "uncompiled"
-out = Console(soft_wrap=True)
 
 
 @dataclass
@@ -179,7 +179,6 @@ def history_command(
             {"lineage": name, "rows": [row.as_json() for row in rows]} for name, rows in grouped.items()]}, indent=1))
         return
     if not grouped:
-        out.print(f"the ledger {path} is empty: `dspy-rag compile ...` adds an entry per compile",
-                  markup=False, highlight=False)
+        out.print(f"the ledger {path} is empty: `dspy-rag compile ...` adds an entry per compile")
     for name, rows in grouped.items():
         print_lineage(name, rows)

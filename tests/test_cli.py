@@ -43,6 +43,11 @@ def intact(workdir: Path):
     (("ask", "What is sold?", "--index", "elsewhere"), ("dspy-rag ingest",)),
     (("ask", "What is sold?", "--config", "absent.yaml"), ("does not exist",)),
     (("ask", "What is sold?", "--pipeline", "baseline", "--trace", "t.json"), ("--trace", "baseline")),
+    (("ask", "What is sold?", "--index", ""), ("index.path", "empty")),
+    (("ingest", "notes.md", "--index", "notes.md"), ("notes.md is a file", "name a folder")),
+    (("ingest", "notes.md", "--index", "notes.md/sub"), ("lies under", "notes.md, which is a file")),
+    (("ingest", "notes.md", "--index", "/dev/null"), ("system folder",)),
+    (("ask", "What is sold?", "--index", "/proc/self/idx"), ("system folder",)),
 ])
 def test_bad_input_gets_a_one_line_error_and_leaves_the_index_intact(
     workdir: Path, intact: None, args: tuple[str, ...], needles: tuple[str, ...]
@@ -50,6 +55,12 @@ def test_bad_input_gets_a_one_line_error_and_leaves_the_index_intact(
     (workdir / "binary.txt").write_bytes(b"\x00\xff" * 100)
     (workdir / "sheet.xlsx").write_bytes(b"PK\x03\x04")
     assert_one_line_error(run(*args, cwd=workdir), *needles)
+
+
+def test_an_empty_index_path_from_the_environment_is_refused(workdir: Path, intact: None) -> None:
+    before = sorted(p.name for p in workdir.iterdir())
+    assert_one_line_error(run("ingest", "notes.md", cwd=workdir, env={"DSPY_RAG_INDEX_PATH": ""}), "empty")
+    assert sorted(p.name for p in workdir.iterdir()) == before  # no index written into the working folder
 
 
 def test_a_broken_config_file_is_a_one_line_error(workdir: Path, intact: None) -> None:
@@ -89,3 +100,16 @@ def test_models_lists_both_local_models(workdir: Path) -> None:
     rows = json.loads(run("models", "--json", cwd=workdir).stdout)
     assert [r["model"] for r in rows] == ["local/qwen2.5-coder-0.5b", "local/qwen2.5-coder-1.5b"]
     assert rows[0]["installed"]
+
+
+def test_markup_in_a_path_is_printed_as_written_and_breaks_nothing(tmp_path: Path) -> None:
+    # Each name read as Rich markup would be eaten ("[draft]") or end the command after its write ("[/i]").
+    folder = tmp_path / "reports [bold]"
+    folder.mkdir()
+    (folder / "[draft] notes [i].md").write_text("# Sales\nWidgets are sold in Norway.\n")
+    result = run("ingest", "[draft] notes [i].md", "--index", "idx [/i]", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    assert "[draft] notes [i].md" in result.stdout and "reports [bold]" in result.stdout
+    assert "idx [/i]" in result.stdout and "MarkupError" not in result.stderr
+    again = run("ingest", "[draft] notes [i].md", "--index", "idx [/i]", cwd=folder)
+    assert again.returncode == 0 and "unchanged" in again.stdout and "[draft]" in again.stdout

@@ -2,16 +2,22 @@
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import scratch_config
+from conftest import assert_one_line_error, run_cli, scratch_config
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
 from dspy_rag.retrieval import Retriever
 
 QUESTION = "What was NVIDIA's Data Center revenue in fiscal year 2023?"
+
+
+INDEX = ".dspy-rag/index"  # the default index folder, under the working folder
 
 
 def write_notes(folder: Path, body: str = "Widgets are sold in Norway.") -> Path:
@@ -195,3 +201,26 @@ def test_the_same_text_under_two_sources_is_returned_once(tmp_path: Path) -> Non
     assert len(index.catalog["chunks"]) == 4  # two files, two sections each
     passages = Retriever(index, top_k=10).search("widgets sold in Norway", "hybrid")
     assert len(passages) == 2 and len({p.text for p in passages}) == 2
+
+
+@pytest.mark.parametrize("loss", ["folder deleted", "some vectors deleted"])
+def test_a_lost_vector_store_is_an_error_naming_the_repair_which_mends_it(tmp_path: Path, loss: str) -> None:
+    notes = write_notes(tmp_path / "docs", "\n\n".join(f"# Part {n}\n" + f"Fact {n} is here. " * 60
+                                                        for n in range(6)))
+    assert run_cli("ingest", str(notes), cwd=tmp_path).returncode == 0
+    ids = set(json.loads((tmp_path / INDEX / "catalog.json").read_text())["chunks"])
+    if loss == "folder deleted":
+        shutil.rmtree(tmp_path / INDEX / "chroma")
+    else:  # in another process, as a damaged store would be found
+        store = str(tmp_path / INDEX / "chroma")
+        subprocess.run([sys.executable, "-c", f"import chromadb; chromadb.PersistentClient({store!r})"
+                        f".get_collection('documents').delete(ids={sorted(ids)[:2]!r})"], check=True)
+    catalog = (tmp_path / INDEX / "catalog.json").read_bytes()
+    for command in (("ask", "Which fact is here?"), ("ingest", str(notes))):  # "unchanged" would hide the loss
+        assert_one_line_error(run_cli(*command, cwd=tmp_path), "ingest --repair", f"for the {len(ids)} chunks")
+    assert (tmp_path / INDEX / "catalog.json").read_bytes() == catalog  # the catalog is left as it was
+    repaired = run_cli("ingest", "--repair", "--json", cwd=tmp_path)
+    assert repaired.returncode == 0, repaired.stderr
+    assert json.loads(repaired.stdout)["repaired"] == (len(ids) if loss == "folder deleted" else 2)
+    index = Index(scratch_config(tmp_path, **{"index.path": tmp_path / INDEX})).require()
+    assert stored_ids(index) == ids

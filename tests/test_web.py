@@ -144,3 +144,26 @@ def test_the_baseline_fuses_web_results_with_documents(tenk_index: Index, tavily
     sources = [p.source for p in result.passages]
     assert result.web_error is None
     assert "https://example.com/mi300x" in sources and any(s.endswith("nvda-20230129.htm") for s in sources)
+
+
+@pytest.mark.parametrize("body, reason", [
+    ({"results": "not a list"}, "results is str"),
+    ({"results": {"url": "https://example.com"}}, "results is dict"),
+    ({"results": ["https://example.com"]}, "a result is str"),
+    ({"results": [{"url": "https://example.com", "score": "high"}]}, "score is 'high'"),
+    ({"results": [{"url": "https://example.com", "score": float("nan")}]}, "score is nan"),
+    ({"results": [{"url": 7}]}, "url is int"),
+    ({"results": [{"url": "https://example.com", "content": ["a"]}]}, "content is list"),
+    ([1, 2], "could not read it"),
+])
+def test_a_malformed_reply_is_a_reported_web_failure(tavily: FakeTavily, body: object, reason: str) -> None:
+    tavily.body = body
+    with pytest.raises(WebSearchError, match=reason) as error:
+        TavilySearch(KEY, tavily.url).search("anything", 3)
+    assert str(error.value).startswith("Tavily's reply is malformed") and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("body", [{"results": None}, {}, {"results": []}])
+def test_a_reply_without_results_finds_nothing(tavily: FakeTavily, body: object) -> None:
+    tavily.body = body
+    assert TavilySearch(KEY, tavily.url).search("anything", 3) == []

@@ -25,11 +25,10 @@ import typer
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from rich import box
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from dspy_rag.config import Config
+from dspy_rag.console import out, styled
 from dspy_rag.errors import UserError
 from dspy_rag.evals.bench_retrieval import build_index, default_work_dir, sha256_of
 from dspy_rag.index import Index
@@ -242,8 +241,7 @@ def trainsets_command(
         corpus = (f"{row['passages']:,} passages" if row["passages"] is not None
                   else f"{row['documents']} document{'s' if row['documents'] > 1 else ''}")
         table.add_row(row["name"], row["format"], *(str(row[s]) for s in ("train", "dev", "all")), corpus,
-                      escape(row["web"] or "-"))
-    console = Console(soft_wrap=True)
-    console.print(table)
+                      row["web"] or "-")
+    out.print(table)
     for row in rows:
-        console.print(f"[bold]{row['name']}[/bold]: {escape(row['description'])}", highlight=False)
+        out.print(styled((row["name"], "bold"), f": {row['description']}"))
