@@ -3,7 +3,8 @@
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -213,17 +214,24 @@ def compile_command(
     config: ConfigOption = None,
 ) -> None:
     """Optimize the deep program's prompts and demos on a trainset; save an artifact and a ledger line."""
+    from dspy_rag.optimizers.artifacts import folder_for
     from dspy_rag.optimizers.compile import CompileRequest, compile_program, estimate, splits
+    from dspy_rag.optimizers.metric import metric_weights
     from dspy_rag.optimizers.teleprompters import OPTIMIZERS, settings_for
     from dspy_rag.trainsets.registry import load_trainset
 
     settings = _config(config, **{"lm.model": model})
-    request = CompileRequest(trainset, optimizer, name, teacher, parent, _pairs(weight, "--weight") or None,
-                             threshold, _pairs(setting, "--set"), train_limit, dev_limit, replace)
+    weights = metric_weights(_pairs(weight, "--weight")) if weight else None
+    request = CompileRequest(trainset, optimizer, name, teacher, parent, weights, threshold, _pairs(setting, "--set"),
+                             train_limit, dev_limit, replace)
+    # Every option is checked before anything is loaded or spent, in a dry run too.
+    if optimizer not in OPTIMIZERS:
+        raise UserError(f"unknown optimizer '{optimizer}'; choose {', '.join(OPTIMIZERS)}")
+    chosen = OPTIMIZERS[optimizer]
+    settings_for(chosen, request.settings)
+    if name is not None:
+        folder_for(settings.artifacts.path, name)
     if dry_run:
-        if optimizer not in OPTIMIZERS:
-            raise UserError(f"unknown optimizer '{optimizer}'; choose {', '.join(OPTIMIZERS)}")
-        chosen = OPTIMIZERS[optimizer]
         data = splits(load_trainset(trainset), chosen, train_limit, dev_limit)
         cost = estimate(chosen, settings_for(chosen, request.settings), data, settings.lm.model, teacher)
         time_text = f"≈ {cost.seconds / 60:.0f} min" if cost.seconds else "time unknown for this model"
@@ -232,18 +240,21 @@ def compile_command(
                   f"included), ≈ {cost.lm_calls} LM calls, {time_text} on {settings.lm.model}"
                   + (f" taught by {teacher}" if teacher else ""))
         return
-    compile_program(request, settings, err, progress)
+    with lm_failures(settings):
+        compile_program(request, settings, err, progress)
 
 
-def _run(program: Any, question: str, settings: Config) -> Any:
-    """Run a program, turning the LM failures a user can act on into one-line errors."""
+@contextmanager
+def lm_failures(settings: Config) -> Iterator[None]:
+    """The LM failures a user can act on (a full context window, unparseable output, a server down or refusing),
+    as one-line errors."""
     from dspy.utils.exceptions import AdapterParseError, ContextWindowExceededError, LMError, LMTransportError
 
     from dspy_rag.pipelines.lm_calls import Unparseable
 
     model = settings.lm.model
     try:
-        return program(question=question)
+        yield
     except ContextWindowExceededError as exc:
         raise UserError(f"the prompt does not fit {model}'s context window ({settings.lm.context_window} tokens); "
                         "lower retrieval.top_n or ingest.chunk_chars, or raise lm.context_window") from exc
@@ -331,7 +342,8 @@ def ask(
     reranker = reranker_label(program.reranker)
     say(f"{pipeline} research over {len(store.catalog['chunks'])} chunks{also}, reranked by {reranker}")
     history_start = len(lm.history)
-    result = _run(program, text, settings)
+    with lm_failures(settings):
+        result = program(question=text)
     seconds = time.perf_counter() - started
     usage = usage_since(lm, history_start)
     trajectory = result.trajectory.to_json() if pipeline == "deep" else None

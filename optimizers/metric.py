@@ -11,6 +11,7 @@ from typing import Any
 import dspy
 
 from dspy_rag.citations import check_citations, citation_validity, number_passages
+from dspy_rag.errors import UserError
 from dspy_rag.evals.metrics import AnswerScores, score_answer, section_recall, weighted_score
 from dspy_rag.retrieval import Passage
 from dspy_rag.signatures import Step
@@ -65,6 +66,18 @@ def scores_of(example: dspy.Example, prediction: dspy.Prediction) -> AnswerScore
 
 def describe(weights: Mapping[str, float]) -> str:
     return "weighted(" + ",".join(f"{name}={w:g}" for name, w in weights.items()) + ")"
+
+
+def metric_weights(weights: Mapping[str, Any]) -> dict[str, float]:
+    """Weights as `--weight` gives them, checked: known components, numbers, non-negative, one positive."""
+    if bad := [f"{name}={value}" for name, value in weights.items()
+               if not isinstance(value, int | float) or isinstance(value, bool)]:
+        raise UserError(f"--weight takes a number for each component, got {', '.join(bad)}; e.g. --weight f1=0.6")
+    try:
+        weighted_score(AnswerScores(0, 0, 0, 0, 0), weights)
+    except ValueError as exc:
+        raise UserError(f"--weight: {exc}") from exc
+    return {name: float(value) for name, value in weights.items()}
 
 
 class ResearchMetric:

@@ -101,6 +101,12 @@ OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
 
 
 def settings_for(optimizer: Optimizer, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The optimizer's settings with the overrides, each of its default's type (a count stays a whole number)."""
     if unknown := set(overrides) - set(optimizer.defaults):
         raise UserError(f"{optimizer.name} has no setting {sorted(unknown)}; it takes {sorted(optimizer.defaults)}")
+    for name, value in overrides.items():
+        kind = type(optimizer.defaults[name])
+        if not isinstance(value, kind) or isinstance(value, bool) or (isinstance(value, int | float) and value < 0):
+            raise UserError(f"{optimizer.name}'s setting {name} takes a non-negative {kind.__name__}, e.g. "
+                            f"{name}={optimizer.defaults[name]}; got {value!r:.40}")
     return {**optimizer.defaults, **overrides}

@@ -48,6 +48,12 @@ def intact(workdir: Path):
     (("ingest", "notes.md", "--index", "notes.md/sub"), ("lies under", "notes.md, which is a file")),
     (("ingest", "notes.md", "--index", "/dev/null"), ("system folder",)),
     (("ask", "What is sold?", "--index", "/proc/self/idx"), ("system folder",)),
+    # compile's options are checked before anything is loaded or spent (a dry run too)
+    (("compile", "--trainset", "nvidia-10k", "--weight", "f1=abc"), ("--weight takes a number", "f1=abc")),
+    (("compile", "--trainset", "nvidia-10k", "--weight", "bogus=0.5"), ("unknown score components",)),
+    (("compile", "--trainset", "nvidia-10k", "--set", "demos=abc"), ("demos takes a non-negative int",)),
+    (("compile", "--trainset", "nvidia-10k", "--set", "demos=-1"), ("demos takes a non-negative int",)),
+    (("compile", "--trainset", "nvidia-10k", "--dry-run", "--name", "../evil"), ("plain folder name",)),
 ])
 def test_bad_input_gets_a_one_line_error_and_leaves_the_index_intact(
     workdir: Path, intact: None, args: tuple[str, ...], needles: tuple[str, ...]
@@ -55,6 +61,15 @@ def test_bad_input_gets_a_one_line_error_and_leaves_the_index_intact(
     (workdir / "binary.txt").write_bytes(b"\x00\xff" * 100)
     (workdir / "sheet.xlsx").write_bytes(b"PK\x03\x04")
     assert_one_line_error(run(*args, cwd=workdir), *needles)
+
+
+def test_a_served_model_down_during_compile_is_a_one_line_error(workdir: Path) -> None:
+    env = {"DSPY_RAG_LM_API_BASE": "http://127.0.0.1:9/v1", "DSPY_RAG_LM_API_KEY": "sk-unused",
+           "DSPY_RAG_ARTIFACTS_PATH": str(workdir / "artifacts")}
+    result = run("compile", "--trainset", "nvidia-10k", "--model", "openai/served", "--optimizer", "labeled",
+                 "--train-limit", "1", "--dev-limit", "1", cwd=workdir, env=env)
+    assert_one_line_error(result, "Connection refused", "lm.api_base")
+    assert not (workdir / "artifacts").exists() or not any((workdir / "artifacts").iterdir())
 
 
 def test_an_empty_index_path_from_the_environment_is_refused(workdir: Path, intact: None) -> None:
