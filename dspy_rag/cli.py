@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,6 +31,8 @@ app.command("eval")(eval_command)
 app.command("distill-policy")(distill_policy_command)
 
 MAX_QUESTION_CHARS = 2000
+# A pasted colour code ("\x1b[31m") or window title ("\x1b]0;title\x07"), whole: removing only its ESC leaves "[31m".
+TERMINAL_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]+[0-~]|[@-Z\\-_])")
 INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="YAML configuration (default: ./dspy-rag.yaml)")]
@@ -47,8 +50,9 @@ def _config(config: Path | None, **flags: Any) -> Config:
 
 
 def clean_question(question: str) -> str:
-    """The question with control characters removed; refuses empty and oversized questions."""
-    text = "".join(ch if ch.isprintable() or ch in "\n\t" else " " for ch in question)
+    """The question with terminal escape sequences and control characters removed; refuses empty and oversized
+    questions."""
+    text = "".join(ch if ch.isprintable() or ch in "\n\t" else " " for ch in TERMINAL_ESCAPE.sub(" ", question))
     text = " ".join(text.split())
     if not text:
         raise UserError("the question is empty; ask something, e.g. dspy-rag ask \"What are the key risks?\"")

@@ -4,6 +4,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -142,8 +143,28 @@ class Config(Section):
     mlflow: MLflowConfig = MLflowConfig()
 
     def masked(self) -> dict[str, Any]:
-        """The configuration as plain data, secrets shown as '***' (or null when unset)."""
-        return self.model_dump(mode="json")
+        """The configuration as plain data, secrets shown as '***' (or null when unset), also a password in a URL."""
+        data = self.model_dump(mode="json")
+        for section, name in URL_FIELDS:
+            if data[section][name]:
+                data[section][name] = without_password(data[section][name])
+        return data
+
+
+URL_FIELDS = (("lm", "api_base"), ("index", "chroma_url"), ("web", "tavily_base_url"), ("mlflow", "tracking_uri"))
+
+
+def without_password(url: str) -> str:
+    """The URL with the credentials of its user part ("https://user:key@host") shown as '***'."""
+    parts = urlsplit(url)
+    if parts.password is None and parts.username is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"***@{host}"))
+
+
+def url_password(url: str | None) -> str | None:
+    return urlsplit(url).password if url else None
 
 
 # Well-known variables of other tools (secrets among them) that set ours.
@@ -158,12 +179,13 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     tree[section][field] = value
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
-    """Map DSPY_RAG_<SECTION>_<FIELD> (e.g. DSPY_RAG_LM_MAX_TOKENS) to 'section.field'."""
-    found: dict[str, str] = {}
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Map DSPY_RAG_<SECTION>_<FIELD> (e.g. DSPY_RAG_LM_MAX_TOKENS) to 'section.field': its value and the
+    variable that set it."""
+    found: dict[str, tuple[str, str]] = {}
     for name, value in environ.items():
         if name in ENV_ALIASES:
-            found[ENV_ALIASES[name]] = value
+            found[ENV_ALIASES[name]] = value, name
     for name, value in environ.items():
         if not name.startswith(ENV_PREFIX) or name in NON_CONFIG_ENV:
             continue
@@ -171,7 +193,7 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
         section = next((s for s in Config.model_fields if rest.startswith(s + "_")), None)
         if section is None:
             raise UserError(f"environment variable {name} names no configuration section; unset it or see `dspy-rag config`")
-        found[f"{section}.{rest[len(section) + 1 :]}"] = value
+        found[f"{section}.{rest[len(section) + 1 :]}"] = value, name
     return found
 
 
@@ -203,7 +225,9 @@ def load_config(
     if path is None and DEFAULT_CONFIG_FILE.is_file():
         path = DEFAULT_CONFIG_FILE
     tree = _read_yaml(path) if path else {}
-    layered = {**_env_overrides(environ), **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    from_environment = _env_overrides(environ)
+    flags = {k: v for k, v in (overrides or {}).items() if v is not None}
+    layered = {**{k: value for k, (value, _) in from_environment.items()}, **flags}
     for dotted, value in layered.items():
         _set_dotted(tree, dotted, value)
     try:
@@ -212,8 +236,13 @@ def load_config(
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         reason = first["msg"].removeprefix("Value error, ")  # a validator's own sentence needs no label
-        raise UserError(f"invalid configuration at '{where}': {reason} (see `dspy-rag config`)") from exc
+        variable = from_environment.get(".".join(str(part) for part in first["loc"][:2]))
+        origin = f" (set by {variable[1]})" if variable and where not in flags else ""
+        raise UserError(f"invalid configuration at '{where}'{origin}: {reason} (see `dspy-rag config`)") from exc
     for secret in (config.lm.api_key, config.web.tavily_api_key):
         if secret is not None:
             register_secret(secret.get_secret_value())
+    for section, name in URL_FIELDS:
+        if password := url_password(getattr(getattr(config, section), name)):
+            register_secret(password)
     return config

@@ -248,11 +248,28 @@ def read_html(markup: bytes, source: str) -> Document:
 
 # --- Markdown, plain text, PDF ------------------------------------------------------------------------
 
-_MD_HEADER = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
+_MD_HEADER = re.compile(r"^ {0,3}(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
+_MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})", re.M)  # a code block's opening or closing fence
+
+
+def _fenced(text: str) -> list[tuple[int, int]]:
+    """The spans of fenced code blocks; one left open runs to the end of the text."""
+    spans, opened = [], None
+    for fence in _MD_FENCE.finditer(text):
+        mark = fence.group(1)
+        if opened is None:
+            opened = fence
+        elif mark[0] == opened.group(1)[0] and len(mark) >= len(opened.group(1)):
+            spans.append((opened.start(), fence.end()))
+            opened = None
+    return spans + ([(opened.start(), len(text))] if opened else [])
 
 
 def read_markdown(text: str, source: str) -> Document:
-    headings = [(m.start(), m.group(2)) for m in _MD_HEADER.finditer(text)]
+    """Sections at the ATX headings; a "# comment" line inside a fenced code block is code, not a heading."""
+    code = _fenced(text)
+    headings = [(m.start(), m.group(2)) for m in _MD_HEADER.finditer(text)
+                if not any(start <= m.start() < end for start, end in code)]
     return Document(source, "markdown", text, _tile(text, headings, Path(source).stem or "Document"))
 
 

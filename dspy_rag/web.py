@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import re
+import stat
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -151,6 +152,16 @@ def snapshot_documents(files: list[Path]) -> list[Document]:
     return documents
 
 
+def _a_page(file: Path) -> bool:
+    """A file of a snapshot folder worth reading, as `ingest` reads a folder: regular and not empty (a pipe would
+    block, a dangling link or an empty page holds nothing)."""
+    try:
+        info = file.stat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size > 0
+
+
 class SnapshotSearch:
     """An offline stand-in for the web: the snapshot is indexed once (cached by content) and searched hybrid."""
 
@@ -160,7 +171,8 @@ class SnapshotSearch:
         if not path.exists():
             raise UserError(f"web snapshot {path} does not exist; pass a .jsonl file or a folder of pages")
         files = [path] if path.is_file() else sorted(
-            f for f in path.rglob("*") if f.suffix.lower() in SNAPSHOT_SUFFIXES and not f.name.startswith("."))
+            f for f in path.rglob("*") if f.suffix.lower() in SNAPSHOT_SUFFIXES and not f.name.startswith(".")
+            and _a_page(f))
         if not files:
             raise UserError(f"web snapshot {path} holds no .jsonl, .md, .txt or .html files")
         digest = hashlib.sha256()

@@ -128,3 +128,14 @@ def test_markup_in_a_path_is_printed_as_written_and_breaks_nothing(tmp_path: Pat
     assert "idx [/i]" in result.stdout and "MarkupError" not in result.stderr
     again = run("ingest", "[draft] notes [i].md", "--index", "idx [/i]", cwd=folder)
     assert again.returncode == 0 and "unchanged" in again.stdout and "[draft]" in again.stdout
+
+
+@pytest.mark.parametrize("pasted, clean", [
+    ("\x1b[31mWhat is sold?\x1b[0m", "What is sold?"),
+    ("What \x1b]0;a title\x07is sold?", "What is sold?"),
+    ("What\x1b[2K is\x1b(B sold?", "What is sold?"),
+])
+def test_terminal_escapes_leave_nothing_in_the_question(pasted: str, clean: str) -> None:
+    from dspy_rag.cli import clean_question
+
+    assert clean_question(pasted) == clean

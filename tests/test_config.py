@@ -120,3 +120,24 @@ def test_secrets_are_masked_but_usable() -> None:
 def test_unset_secrets_are_null_when_masked() -> None:
     masked = load_config(environ={}).masked()
     assert masked["lm"]["api_key"] is None and masked["web"]["tavily_api_key"] is None
+
+
+@pytest.mark.parametrize("variable, field", [("DSPY_RAG_LM_API_BASE", ("lm", "api_base")),
+                                             ("DSPY_RAG_INDEX_CHROMA_URL", ("index", "chroma_url")),
+                                             ("MLFLOW_TRACKING_URI", ("mlflow", "tracking_uri"))])
+def test_a_password_in_a_url_is_masked_and_never_printed(variable: str, field: tuple[str, str]) -> None:
+    from dspy_rag.errors import redact
+
+    config = load_config(environ={variable: "https://bob:pass-SENTINEL-77@host.example:8443/v1?x=1"})
+    shown = config.masked()[field[0]][field[1]]
+    assert shown == "https://***@host.example:8443/v1?x=1"
+    assert getattr(getattr(config, field[0]), field[1]).startswith("https://bob:pass-SENTINEL-77@")  # still usable
+    assert redact("the server said: pass-SENTINEL-77 rejected") == "the server said: *** rejected"
+
+
+def test_a_bad_value_from_the_environment_names_its_variable() -> None:
+    with pytest.raises(UserError, match=r"'lm.max_tokens' \(set by DSPY_RAG_LM_MAX_TOKENS\)"):
+        load_config(environ={"DSPY_RAG_LM_MAX_TOKENS": "abc"})
+    with pytest.raises(UserError, match=r"'lm.max_tokens': ") as error:  # a flag overriding it is to blame
+        load_config(overrides={"lm.max_tokens": "x"}, environ={"DSPY_RAG_LM_MAX_TOKENS": "abc"})
+    assert "set by" not in str(error.value)

@@ -373,3 +373,12 @@ def test_read_bytes_returns_content(tmp_path: Path) -> None:
     path = tmp_path / "a.txt"
     path.write_bytes(b"caf\xc3\xa9")
     assert read_bytes(path) == b"caf\xc3\xa9"
+
+
+def test_comment_lines_in_fenced_code_are_not_sections() -> None:
+    from dspy_rag.documents import read_markdown
+
+    text = ("# Setup\nRun this:\n```bash\n# install the tool\npip install x\n```\n"
+            "~~~~\n# still code\n```\n# code too: a shorter, other fence does not close it\n~~~~\n"
+            "## Usage\nAsk it.\n````\n# an unclosed block runs to the end\n")
+    assert [s.title for s in read_markdown(text, "notes.md").sections] == ["Setup", "Usage"]

@@ -1,6 +1,7 @@
 """Web search: the real Tavily client against a fake Tavily on 127.0.0.1, the snapshot provider, selection."""
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,6 +121,19 @@ def test_a_malformed_snapshot_line_is_a_clear_error(tmp_path: Path, monkeypatch:
     (tmp_path / "bad.jsonl").write_text('{"url": "https://x", "content": "ok"}\n{"title": "no url"}\n')
     with pytest.raises(UserError, match="bad.jsonl:2"):
         SnapshotSearch(tmp_path / "bad.jsonl", scratch_config(tmp_path))
+
+
+def test_empty_files_pipes_and_dangling_links_in_a_snapshot_folder_are_passed_over(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DSPY_RAG_CACHE", str(tmp_path / "cache"))
+    snapshot = write_snapshot(tmp_path / "snap")
+    (snapshot / "empty.md").write_text("")
+    os.mkfifo(snapshot / "pipe.txt")
+    (snapshot / "gone.html").symlink_to(tmp_path / "nowhere.html")
+    search = SnapshotSearch(snapshot, scratch_config(tmp_path))
+    assert search.search("snow in Norway", 1)[0].source == "https://news.example/weather"
+    assert {s for s in search.index.sources} == {"https://news.example/chips", "https://news.example/weather",
+                                                 str((snapshot / "post.md").resolve())}
 
 
 def test_the_real_snapshot_finds_the_rocm_post() -> None:
