@@ -7,16 +7,20 @@ back to a section and to exact character offsets.
 import logging
 import re
 import stat
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from dspy_rag.errors import UserError
 
 MAX_FILE_BYTES = 200 * 1024 * 1024
+DOWNLOAD_SECONDS = 300.0  # a whole download; a 10-K's 5 MB takes seconds
+DOWNLOAD_PIECE = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -356,13 +360,31 @@ def read_bytes(path: Path) -> bytes:
         raise UserError(f"cannot read {path}: {exc.strerror}") from exc
 
 
-def download(url: str, user_agent: str, timeout: float = 30.0) -> tuple[bytes, str]:
-    """Fetch a URL (SEC EDGAR asks for a descriptive User-Agent); returns the bytes and their kind."""
+def download(url: str, user_agent: str, timeout: float = 30.0, deadline: float = DOWNLOAD_SECONDS,
+             progress: Callable[[int, int], None] = lambda _done, _total: None) -> tuple[bytes, str]:
+    """Fetch a URL (SEC EDGAR asks for a descriptive User-Agent); returns the bytes and their kind. `timeout`
+    bounds each wait for bytes, `deadline` the whole download (a server trickling a byte at a time never trips
+    the first); `progress` hears the bytes so far and the announced length (0 when unknown)."""
     request = urllib.request.Request(url, headers={"User-Agent": user_agent, "Accept-Encoding": "identity"})
+    started = time.monotonic()
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            data = response.read(MAX_FILE_BYTES + 1)
             content_type = response.headers.get_content_type()
+            announced = int(response.headers.get("Content-Length") or 0)
+            if announced > MAX_FILE_BYTES:
+                raise UserError(f"{url} is larger than {MAX_FILE_BYTES // 2**20} MB; download and split it first")
+            parts: list[bytes] = []
+            received = 0
+            while part := response.read1(DOWNLOAD_PIECE):
+                parts.append(part)
+                received += len(part)
+                progress(received, announced)
+                if received > MAX_FILE_BYTES:
+                    break
+                if time.monotonic() - started > deadline:
+                    raise UserError(f"{url} sent {received:,} bytes in {deadline:.0f} s and is not done; download it "
+                                    "elsewhere and ingest the local file")
+            data = b"".join(parts)
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise UserError(

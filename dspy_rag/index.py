@@ -304,9 +304,11 @@ class Index:
         self._write_chunks([self.chunk(i) for i in missing], progress)
         return len(missing)
 
-    def _load(self, item: str) -> tuple[bytes, str]:
+    def _load(self, item: str, progress: ProgressFn) -> tuple[bytes, str]:
         if _is_url(item):
-            return download(item, self.config.ingest.user_agent)
+            name = f"downloading {Path(urlparse(item).path).name or item}"
+            return download(item, self.config.ingest.user_agent,
+                            progress=lambda done, total: progress(name, done, total))
         path = Path(item)
         return read_bytes(path), kind_of(path)
 
@@ -404,7 +406,7 @@ class Index:
             progress(f"reading {Path(item).name}", number - 1, len(files))
             try:
                 source = indexed_source(item)
-                data, kind = self._load(item)
+                data, kind = self._load(item, progress)
                 sha256 = hashlib.sha256(data).hexdigest()
                 if self._unchanged(source, sha256, report):
                     continue  # before parsing: a large unchanged filing costs only its hash

@@ -82,13 +82,14 @@ if __name__ == "__main__":
     folders = [Path(p) for p in sys.argv[1:]]
     print(table(folders))
     for folder in folders:  # scripts/eval-programs runs some columns a second time beside a set
-        for suffix in ("-plain-again", "-again"):
-            if (again := folder.with_name(folder.name + suffix)).is_dir():
+        for again in (folder.with_name(folder.name + suffix) for suffix in ("-plain-again", "-again")):
+            if (again / "results.json").is_file():
                 ran = json.loads((again / "results.json").read_text(encoding="utf-8"))
                 for pipeline in ("plain", "baseline", "deep"):
                     if _column(ran, pipeline) is not None:
                         print(noise(folder, again, pipeline))
     for folder in folders:
         for each in (folder, folder.with_name(folder.name + "-again")):
-            if each.is_dir() and ABLATED in "".join(json.loads((each / "results.json").read_text())["rows"]):
+            if (each / "results.json").is_file() and ABLATED in "".join(
+                    json.loads((each / "results.json").read_text(encoding="utf-8"))["rows"]):
                 print(ablations(each))
