@@ -2,6 +2,7 @@
 after several steps, each step's finding cited; its citations checked."""
 
 import dspy
+from dspy.utils.exceptions import ContextWindowExceededError
 
 from dspy_rag.citations import (
     check_citations,
@@ -57,9 +58,7 @@ class Synthesizer(dspy.Module):
             draft, citations, checks = NOTHING_FOUND, [], []
             answer, short = draft, ""
         else:
-            fallback = dspy.Prediction(short_answer=answer_in(findings[-1], question) or "" if findings else "")
-            short = run.calls("answer", self.short_answer, lambda: fallback, final=True, question=question,
-                              passages=number_passages(evidence)).short_answer
+            short, evidence = self.answer_fitting(question, findings, evidence, run)
             draft = cited_lead(short, question, evidence)
             if len(record.steps) > 1:  # one step's finding says what the lead says, in a small model's words
                 draft = with_findings(draft, evidence, record)
@@ -71,3 +70,20 @@ class Synthesizer(dspy.Module):
         record.seconds = round(run.calls.elapsed, 3)
         return dspy.Prediction(answer=answer, short_answer=short, draft=draft, citations=citations,
                                flagged=record.flagged, passages=evidence, findings=findings, trajectory=record)
+
+    def answer_fitting(self, question: str, findings: list[str], evidence: list[Passage], run: ResearchRun
+                       ) -> tuple[str, list[Passage]]:
+        """The short answer, and the evidence it was written from: the evidence budget is an estimate in
+        characters, so a prompt that still overflows the context window is asked again with its first half (the
+        question's own passages come first), and the trajectory says so."""
+        fallback = dspy.Prediction(short_answer=answer_in(findings[-1], question) or "" if findings else "")
+        while True:
+            try:
+                return run.calls("answer", self.short_answer, lambda: fallback, final=True, question=question,
+                                 passages=number_passages(evidence)).short_answer, evidence
+            except ContextWindowExceededError:
+                if len(evidence) == 1:
+                    raise
+                evidence = evidence[: len(evidence) // 2]
+                run.note(run.trajectory.notes, f"the evidence did not fit the context window; answered from its "
+                                               f"first {len(evidence)} passages")

@@ -1,19 +1,26 @@
 """The plain answer form: the adapter's prompt and parse, whole short answers, the cited lead sentence, the
 deep program's evidence floor, and the plain yardstick."""
 
+from typing import Any
+
 import dspy
 import pytest
 from dspy.utils import DummyLM
-from dspy.utils.exceptions import AdapterParseError
+from dspy.utils.exceptions import AdapterParseError, ContextWindowExceededError
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dspy_rag.config import BudgetConfig
 from dspy_rag.index import Index
 from dspy_rag.pipelines.baseline import BaselineRAG
 from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.evidence import evidence_chars, final_evidence
+from dspy_rag.pipelines.lm_calls import LMCalls
 from dspy_rag.pipelines.plain import INSTRUCTION, PlainRAG
+from dspy_rag.pipelines.research_run import ResearchRun
 from dspy_rag.pipelines.short_answer import cited_lead, stating_sentence, whole_words
+from dspy_rag.pipelines.synthesizer import Synthesizer
+from dspy_rag.pipelines.trajectory import Trajectory
 from dspy_rag.plain_adapter import PlainAdapter
 from dspy_rag.retrieval import Passage, Retriever
 from dspy_rag.signatures import AnswerBriefly
@@ -124,3 +131,31 @@ def test_the_plain_yardstick_is_one_call_of_passages_question_and_one_line(tenk_
     [(messages, max_tokens)] = calls
     assert [m["role"] for m in messages] == ["user"] and max_tokens == 32
     assert messages[0]["content"].startswith("[1] nvda-20230129.htm | ") and messages[0]["content"].endswith(INSTRUCTION)
+
+
+class FitsTwo(dspy.Module):
+    """A short answer whose model overflows its context window with more than two passages."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[int] = []
+
+    def forward(self, question: str, passages: list[str], config: dict[str, Any] | None = None) -> dspy.Prediction:
+        self.asked.append(len(passages))
+        if len(passages) > 2:
+            raise ContextWindowExceededError(model="local")
+        return dspy.Prediction(short_answer="$15.01 billion")
+
+
+def test_evidence_that_overflows_the_context_window_is_halved_with_the_questions_passages_kept(
+        tenk_index: Index) -> None:
+    evidence = Retriever(tenk_index, top_k=10).search("Data Center revenue fiscal 2023", "hybrid")[:8]
+    synthesizer = Synthesizer()
+    synthesizer.short_answer = FitsTwo()
+    record = Trajectory("q", "llm", "none", "off")
+    with dspy.context(lm=DummyLM([])):
+        run = ResearchRun(record, LMCalls(BudgetConfig(), record.calls), lambda _kind, _text: None)
+        prediction = synthesizer(question="What was Data Center revenue?", findings=[], evidence=evidence, run=run)
+    assert synthesizer.short_answer.asked == [8, 4, 2]
+    assert [p.id for p in prediction.passages] == [p.id for p in evidence[:2]]
+    assert prediction.short_answer == "$15.01 billion" and "first 2 passages" in record.notes[-1]
