@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+from dspy.utils.saving import get_dependency_versions
 from pydantic import TypeAdapter, ValidationError
 
 from dspy_rag.errors import UserError
@@ -68,13 +69,14 @@ class Manifest:
     version: int = ARTIFACT_VERSION
 
 
-def _state_without_lms(program: dspy.Module) -> dict[str, Any]:
-    # A predictor bound to its own LM would carry that LM's settings, keys included: artifacts hold prompts only.
+def dspy_state(program: dspy.Module) -> dict[str, Any]:
+    """The program's state as `dspy.Module.save` writes it (so `Module.load` reads it), without LMs: a predictor
+    bound to its own LM would carry that LM's settings, keys included, and artifacts hold prompts only."""
     state = program.dump_state()
     for predictor_state in state.values():
         if isinstance(predictor_state, dict):
             predictor_state["lm"] = None
-    return state
+    return {**state, "metadata": {"dependency_versions": get_dependency_versions()}}
 
 
 def save(folder: Path, program: dspy.Module, manifest: Manifest, trajectories: list[dict[str, Any]],
@@ -82,7 +84,7 @@ def save(folder: Path, program: dspy.Module, manifest: Manifest, trajectories: l
     """Write the artifact atomically: a complete folder appears at `folder`, or nothing changes."""
     if folder.exists() and not replace:
         raise UserError(f"artifact {folder} exists; choose another --name or pass --replace")
-    state = json.dumps(_state_without_lms(program), ensure_ascii=False, indent=1).encode("utf-8")
+    state = json.dumps(dspy_state(program), ensure_ascii=False, indent=1).encode("utf-8")
     manifest.state_sha256 = hashlib.sha256(state).hexdigest()
     manifest.created = manifest.created or datetime.now(UTC).isoformat(timespec="seconds")
     manifest.trajectories = len(trajectories)
@@ -257,7 +259,9 @@ def load(folder: Path, program: dspy.Module) -> Manifest:
         raise UserError(f"{folder / STATE_FILE} is corrupt (it does not match its manifest's checksum); "
                         "recompile the artifact")
     try:
-        program.load_state(migrated_state(json.loads(state), renamed, program))
-    except (ValueError, KeyError, TypeError) as exc:
+        saved = json.loads(state)
+        saved.pop("metadata", None)  # DSPy's own record of the versions it was saved with
+        program.load_state(migrated_state(saved, renamed, program))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UserError(f"{folder / STATE_FILE} does not fit this program ({type(exc).__name__}); recompile") from exc
     return manifest

@@ -83,6 +83,17 @@ def test_the_shipped_default_loads_into_the_current_program(tenk_index: Index) -
     assert program.synthesizer.short_answer.predict.signature.instructions == AnswerBriefly.instructions
 
 
+@pytest.mark.parametrize("name", sorted(p.name for p in artifacts.SHIPPED.iterdir() if (p / "manifest.json").is_file()))
+def test_dspy_itself_loads_every_shipped_artifact(name: str, tenk_index: Index) -> None:
+    # A DSPy user's own `Module.load`, with none of our checks or migration: the state is DSPy's format.
+    ours, plain = DeepResearch(Retriever(tenk_index, top_k=10)), DeepResearch(Retriever(tenk_index, top_k=10))
+    artifacts.load(artifacts.SHIPPED / name, ours)
+    plain.load(str(artifacts.SHIPPED / name / "program.json"))
+    assert plain.dump_state() == ours.dump_state()
+    saved = json.loads((artifacts.SHIPPED / name / "program.json").read_text())
+    assert saved["metadata"]["dependency_versions"]["dspy"] == dspy.__version__
+
+
 def test_an_older_programs_predictor_is_migrated_only_where_the_program_has_its_new_name() -> None:
     old = {"plan": ["question", "->", "steps"], "synthesize": ["question", "findings", "evidence", "->", "answer",
                                                                "short_answer"]}
@@ -108,7 +119,7 @@ def test_an_artifact_of_the_program_before_its_role_modules_loads_with_its_instr
             "researcher.supervisor.predict": "supervise", "researcher.distiller.predict": "distill",
             "researcher.reflection.predict": "reflect", "policy.predict": "decide",
             "synthesizer.short_answer.predict": "short_answer.predict"}
-    state = {flat[k]: v for k, v in json.loads((tmp_path / "new" / "program.json").read_text()).items()}
+    state = {flat.get(k, k): v for k, v in json.loads((tmp_path / "new" / "program.json").read_text()).items()}
     raw = json.loads((tmp_path / "new" / "manifest.json").read_text())
     raw["predictors"] = {flat[k]: v for k, v in raw["predictors"].items()}
     old = tmp_path / "old"
