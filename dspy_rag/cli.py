@@ -2,9 +2,8 @@
 
 import json
 import os
-import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -13,6 +12,8 @@ import typer
 import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from dspy_rag import __version__
+from dspy_rag.api import clean_question, program_for, reranker_label
 from dspy_rag.config import Config, load_config
 from dspy_rag.console import err, out, progress, quiet, styled
 from dspy_rag.errors import UserError, exit_with_error
@@ -25,40 +26,37 @@ from dspy_rag.trainsets.registry import trainsets_command
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A deep-thinking research assistant over your documents and the web.")
 app.add_typer(bench_app, name="bench")
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        print(f"dspy-rag {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                   help="print the version and exit")] = False) -> None:
+    """A deep-thinking research assistant over your documents and the web."""
 app.command("trainsets")(trainsets_command)
 app.command("history")(history_command)
 app.command("eval")(eval_command)
 app.command("distill-policy")(distill_policy_command)
 
-MAX_QUESTION_CHARS = 2000
-# A pasted colour code ("\x1b[31m") or window title ("\x1b]0;title\x07"), whole: removing only its ESC leaves "[31m".
-TERMINAL_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]+[0-~]|[@-Z\\-_])")
 INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="YAML configuration (default: ./dspy-rag.yaml)")]
 # Text, not Path: typer would read "" as ".", the working folder, where the configuration refuses an empty name.
+Policy = Literal["llm", "plan", "learned"]  # pipelines.policy.PolicyMode, spelled here: --help imports no DSPy
 IndexOption = Annotated[str | None, typer.Option("--index", help="index folder (default: index.path)")]
 ModelOption = Annotated[str | None, typer.Option("--model", help="local/qwen2.5-coder-0.5b, or a LiteLLM model")]
 ArtifactOption = Annotated[str | None, typer.Option(
     "--artifact", help="deep: a compiled artifact (name or folder), auto (the default for the model) or none")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print one machine-readable JSON object")]
-Policy = Literal["llm", "plan", "learned"]
 
 
 def _config(config: Path | None, **flags: Any) -> Config:
     return load_config(config, overrides=flags)
-
-
-def clean_question(question: str) -> str:
-    """The question with terminal escape sequences and control characters removed; refuses empty and oversized
-    questions."""
-    text = "".join(ch if ch.isprintable() or ch in "\n\t" else " " for ch in TERMINAL_ESCAPE.sub(" ", question))
-    text = " ".join(text.split())
-    if not text:
-        raise UserError("the question is empty; ask something, e.g. dspy-rag ask \"What are the key risks?\"")
-    if len(text) > MAX_QUESTION_CHARS:
-        raise UserError(f"the question is {len(text):,} characters; keep it under {MAX_QUESTION_CHARS:,}")
-    return text
 
 
 @app.command("config")
@@ -271,40 +269,6 @@ def lm_failures(settings: Config) -> Iterator[None]:
     except LMError as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"{first_line}; check the model name, its server (lm.api_base) and its API key") from exc
-
-
-def reranker_label(reranker: Any) -> str:
-    """The reranker as a user knows it: the shipped or trained folder's name, or a model name; or none."""
-    if reranker is None:
-        return "none"
-    return Path(reranker.name).name if Path(reranker.name).is_dir() else reranker.name
-
-
-def program_for(pipeline: str, settings: Config, store: Any, searcher: Any, policy: str, say: Callable[..., None],
-                artifact: str | None = None) -> Any:
-    """The program, with the compiled artifact loaded into the deep one (`auto`: the default shipped for the model),
-    and the artifact's learned policy when it decides with one."""
-    from dspy_rag.optimizers import artifacts
-    from dspy_rag.pipelines.learned_policy import LearnedPolicy
-    from dspy_rag.pipelines.programs import build_program
-
-    chosen = artifacts.chosen(artifact or settings.artifacts.default, settings.artifacts.path, settings.lm.model)
-    learned = None
-    if pipeline == "deep" and policy == "learned":
-        if chosen is None:
-            raise UserError("--policy learned decides with an artifact's policy.json; pass --artifact NAME (run "
-                            "`dspy-rag distill-policy` for it first)")
-        learned = LearnedPolicy.load(chosen)
-        say(f"learned policy from {learned.summary.get('trainset', '?')} (threshold {learned.threshold:.2f})")
-    program = build_program(pipeline, settings, store, searcher, policy,  # type: ignore[arg-type]
-                            on_event=lambda kind, text: say(text, kind), learned=learned)
-    if pipeline != "deep" or chosen is None:
-        return program
-    manifest = artifacts.load(chosen, program)
-    program.artifact = manifest.name
-    away = "" if manifest.model == settings.lm.model else f", compiled for {manifest.model}: prompts transfer as text"
-    say(f"artifact {manifest.name} ({manifest.optimizer} on {manifest.trainset}{away})")
-    return program
 
 
 @app.command("ask")

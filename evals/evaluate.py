@@ -254,17 +254,18 @@ def eval_command(
 
     import dspy
 
-    from dspy_rag.cli import Policy, program_for
+    from dspy_rag.api import program_for
     from dspy_rag.models import build_lm
     from dspy_rag.optimizers.metric import DEFAULT_WEIGHTS, describe
+    from dspy_rag.pipelines.policy import PolicyMode
 
     config = load_config(config_file)
     pipelines = pipeline or ["deep"]
     if unknown := set(pipelines) - set(PIPELINES):
         raise UserError(f"unknown pipeline {sorted(unknown)}; choose {', '.join(PIPELINES)}")
     policies = policy or ["llm"]
-    if unknown := set(policies) - set(get_args(Policy)):
-        raise UserError(f"unknown policy {sorted(unknown)}; choose {', '.join(get_args(Policy))}")
+    if unknown := set(policies) - set(get_args(PolicyMode)):
+        raise UserError(f"unknown policy {sorted(unknown)}; choose {', '.join(get_args(PolicyMode))}")
     if unknown := set(without or []) - set(ABLATIONS):
         raise UserError(f"unknown guard or role {sorted(unknown)}; choose {', '.join(ABLATIONS)}")
     columns = columns_of(pipelines, artifact or ["none"], model or [config.lm.model], policies, without or [])

@@ -136,6 +136,13 @@ def test_markup_in_a_path_is_printed_as_written_and_breaks_nothing(tmp_path: Pat
     ("What\x1b[2K is\x1b(B sold?", "What is sold?"),
 ])
 def test_terminal_escapes_leave_nothing_in_the_question(pasted: str, clean: str) -> None:
-    from dspy_rag.cli import clean_question
+    from dspy_rag.api import clean_question
 
     assert clean_question(pasted) == clean
+
+
+def test_version(tmp_path: Path) -> None:
+    from dspy_rag import __version__
+
+    result = run("--version", cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.strip() == f"dspy-rag {__version__}"
