@@ -55,33 +55,6 @@ def reranker_label(reranker: Any) -> str:
     return Path(reranker.name).name if Path(reranker.name).is_dir() else reranker.name
 
 
-def program_for(pipeline: str, settings: Config, store: Index, searcher: WebSearch | None, policy: str = "llm",
-                say: Say = lambda *_: None, artifact: str | None = None) -> dspy.Module:
-    """The program, with the compiled artifact loaded into the deep one (`auto`: the default shipped for the model),
-    and the artifact's learned policy when it decides with one."""
-    from dspy_rag.optimizers import artifacts
-    from dspy_rag.pipelines.learned_policy import LearnedPolicy
-    from dspy_rag.pipelines.programs import build_program
-
-    chosen = artifacts.chosen(artifact or settings.artifacts.default, settings.artifacts.path, settings.lm.model)
-    learned = None
-    if pipeline == "deep" and policy == "learned":
-        if chosen is None:
-            raise UserError("--policy learned decides with an artifact's policy.json; pass --artifact NAME (run "
-                            "`dspy-rag distill-policy` for it first)")
-        learned = LearnedPolicy.load(chosen)
-        say(f"learned policy from {learned.summary.get('trainset', '?')} (threshold {learned.threshold:.2f})")
-    program = build_program(pipeline, settings, store, searcher, policy,  # type: ignore[arg-type]
-                            on_event=lambda kind, text: say(text, kind), learned=learned)
-    if pipeline != "deep" or chosen is None:
-        return program
-    manifest = artifacts.load(chosen, program)
-    program.artifact = manifest.name
-    away = "" if manifest.model == settings.lm.model else f", compiled for {manifest.model}: prompts transfer as text"
-    say(f"artifact {manifest.name} ({manifest.optimizer} on {manifest.trainset}{away})")
-    return program
-
-
 @dataclass
 class Research:
     """An index, a language model and a program over them, ready to answer questions."""
@@ -102,6 +75,7 @@ class Research:
 
         from dspy_rag.index import Index
         from dspy_rag.models import build_lm
+        from dspy_rag.pipelines.programs import program_for
         from dspy_rag.web import web_search
 
         config = config or load_config()

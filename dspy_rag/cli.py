@@ -13,7 +13,7 @@ import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dspy_rag import __version__
-from dspy_rag.api import clean_question, program_for, reranker_label
+from dspy_rag.api import clean_question, reranker_label
 from dspy_rag.config import Config, load_config
 from dspy_rag.console import err, out, progress, quiet, styled
 from dspy_rag.errors import UserError, exit_with_error
@@ -216,9 +216,9 @@ def compile_command(
     config: ConfigOption = None,
 ) -> None:
     """Optimize the deep program's prompts and demos on a trainset; save an artifact and a ledger line."""
-    from dspy_rag.optimizers.artifacts import folder_for
+    from dspy_rag.artifacts import folder_for
+    from dspy_rag.evals.research_metric import metric_weights
     from dspy_rag.optimizers.compile import CompileRequest, compile_program, estimate, splits
-    from dspy_rag.optimizers.metric import metric_weights
     from dspy_rag.optimizers.teleprompters import OPTIMIZERS, settings_for
     from dspy_rag.trainsets.registry import load_trainset
 
@@ -292,6 +292,7 @@ def ask(
     from dspy_rag.files import write_json_atomic
     from dspy_rag.index import Index
     from dspy_rag.models import build_lm, usage_since
+    from dspy_rag.pipelines.programs import program_for
     from dspy_rag.web import web_search
 
     started = time.perf_counter()

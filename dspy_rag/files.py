@@ -6,6 +6,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+REPO = Path(__file__).resolve().parents[1]  # the checkout (an editable install's source tree)
+
 
 def cache_root() -> Path:
     """Where derived data lives (assembled models, prompt states, snapshot indexes): $DSPY_RAG_CACHE or ~/.cache."""

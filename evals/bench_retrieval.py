@@ -9,7 +9,6 @@ passage it came from and recall is counted against the dataset's gold ids. `--sc
 backends (Chroma, BM25, RRF) on synthetic corpora far larger than the datasets, to see where latency goes.
 """
 
-import hashlib
 import statistics
 import tempfile
 import time
@@ -27,13 +26,13 @@ from rich.table import Table
 from dspy_rag.bm25 import LuceneBM25
 from dspy_rag.config import Config, load_config
 from dspy_rag.console import err, out
-from dspy_rag.documents import Document, Section
 from dspy_rag.errors import UserError, exit_with_error
 from dspy_rag.files import write_json_atomic
-from dspy_rag.index import Index, ProgressFn
+from dspy_rag.index import ProgressFn
 from dspy_rag.retrieval import Passage, Retriever, Strategy, reciprocal_rank_fusion
 from dspy_rag.tokenizer import tokenize
-from dspy_rag.trainsets.formats import CorpusPassage, Question, load_corpus, load_questions
+from dspy_rag.trainsets.corpus_index import build_index, default_work_dir
+from dspy_rag.trainsets.formats import Question, load_corpus, load_questions
 
 if TYPE_CHECKING:
     from dspy_rag.reranker import Reranker
@@ -102,29 +101,9 @@ class StrategyScores:
 # --- dataset run -------------------------------------------------------------------------------------
 
 
-def corpus_documents(passages: list[CorpusPassage]) -> list[Document]:
-    """One document per passage, its source the passage id, so a retrieved chunk names its gold id."""
-    documents = []
-    for passage in passages:
-        text = passage.indexed_text
-        documents.append(Document(passage.id, "text", text, (Section(passage.title, 0, len(text)),)))
-    return documents
-
-
 def bench_config(work_dir: Path, top_k: int) -> Config:
     """A scratch configuration: the index lives in work_dir and the user's environment does not leak in."""
     return load_config(overrides={"index.path": work_dir, "retrieval.top_k": top_k}, environ={})
-
-
-def build_index(config: Config, passages: list[CorpusPassage], progress: ProgressFn) -> Index:
-    """Ingest the corpus; a rerun finds every passage unchanged, so an index built before is reused."""
-    index = Index(config)
-    ids = {p.id for p in passages}
-    foreign = [s for s in index.sources if s not in ids]
-    if foreign:
-        raise UserError(f"{index.root} holds {len(foreign)} passages of another corpus; pass a fresh --work folder")
-    index.ingest_documents(corpus_documents(passages), progress)
-    return index
 
 
 def gold_questions(questions: list[Question], limit: int | None, only: set[str] | None = None) -> list[Question]:
@@ -350,20 +329,6 @@ bench_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_excep
 @bench_app.callback()
 def _bench() -> None:
     """Without a callback Typer would run the lone `retrieval` command directly, dropping its name."""
-
-
-def sha256_of(files: Sequence[Path]) -> str:
-    """The sha256 of the files' bytes, one after the other."""
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.read_bytes())
-    return digest.hexdigest()
-
-
-def default_work_dir(*corpus: Path) -> Path:
-    """Keyed by the corpus bytes, so reruns on the same corpus reuse the index and a new corpus gets its own;
-    compile and eval find here the index `bench retrieval` built for the same corpus."""
-    return Path(tempfile.gettempdir()) / f"dspy-rag-bench-{sha256_of(corpus)[:12]}"
 
 
 def parse_sizes(text: str) -> list[int]:

@@ -33,7 +33,7 @@ from dspy_rag.evals.rows import PIPELINES, RESULTS, EvalSet, Row, cached_rows, l
 from dspy_rag.evals.rows import summarize as summarize_answers
 from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, bootstrap_ci, paired_delta_ci
 from dspy_rag.files import write_atomic, write_json_atomic
-from dspy_rag.optimizers.ledger import LedgerEntry, append, ledger_path
+from dspy_rag.ledger import LedgerEntry, append, ledger_path
 from dspy_rag.tracking import mlflow_run
 from dspy_rag.trainsets.registry import load_trainset
 
@@ -254,10 +254,10 @@ def eval_command(
 
     import dspy
 
-    from dspy_rag.api import program_for
+    from dspy_rag.evals.research_metric import DEFAULT_WEIGHTS, describe
     from dspy_rag.models import build_lm
-    from dspy_rag.optimizers.metric import DEFAULT_WEIGHTS, describe
     from dspy_rag.pipelines.policy import PolicyMode
+    from dspy_rag.pipelines.programs import program_for
 
     config = load_config(config_file)
     pipelines = pipeline or ["deep"]

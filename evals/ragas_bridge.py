@@ -110,7 +110,7 @@ def context_ids(seen: Sequence[Passage], question: Question) -> tuple[tuple[str,
 
 def inputs_of(question: Question, prediction: dspy.Prediction) -> RagasInputs:
     """One run's answers, passages and evidence ids beside the question's gold."""
-    from dspy_rag.optimizers.metric import looked_at
+    from dspy_rag.evals.research_metric import looked_at
 
     retrieved, gold = context_ids(looked_at(prediction), question)
     return RagasInputs(question.question, prediction.short_answer or prediction.answer, prediction.answer,

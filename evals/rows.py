@@ -72,7 +72,7 @@ def load_set(trainset: Trainset, config: Config) -> EvalSet:
 
 def score(eval_set: EvalSet, pipeline: str, question: Question, prediction: dspy.Prediction,
           usage: dict[str, Any]) -> Row:
-    from dspy_rag.optimizers.metric import example_of, scores_of
+    from dspy_rag.evals.research_metric import example_of, scores_of
 
     scores = scores_of(example_of(question), prediction)
     trajectory = getattr(prediction, "trajectory", None)

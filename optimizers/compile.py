@@ -18,15 +18,14 @@ import dspy
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from dspy_rag import pipelines, signatures
+from dspy_rag import artifacts, pipelines, signatures
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
+from dspy_rag.evals.research_metric import ResearchMetric, example_of
 from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, paired_delta_ci
 from dspy_rag.files import cache_root
+from dspy_rag.ledger import LedgerEntry, append
 from dspy_rag.models import build_lm, usage_since
-from dspy_rag.optimizers import artifacts
-from dspy_rag.optimizers.ledger import LedgerEntry, append
-from dspy_rag.optimizers.metric import ResearchMetric, example_of
 from dspy_rag.optimizers.teleprompters import OPTIMIZERS, Optimizer, settings_for
 from dspy_rag.pipelines.programs import build_program
 from dspy_rag.tracking import mlflow_run
@@ -145,7 +144,7 @@ class ScoreCache:
             handle.write(json.dumps({"key": key, "score": score}) + "\n")
 
 
-NOT_IN_A_RUN = frozenset({"cli.py"})  # the command line formats results; it cannot move a score
+NOT_IN_A_RUN = frozenset({"cli.py", "api.py"})  # the command line and the API call programs; they move no score
 
 
 def code_digest() -> str:

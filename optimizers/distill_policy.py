@@ -60,7 +60,7 @@ class Dataset:
 
 
 def dataset(traces: list[TracedQuestion], cost: float) -> Dataset:
-    from dspy_rag.optimizers.policy_features import vector
+    from dspy_rag.pipelines.policy_features import vector
 
     decisions = [d for t in traces for d in t.decisions]
     return Dataset(decisions, np.array([vector(d.features) for d in decisions]),
@@ -82,8 +82,8 @@ def fit_classifier(x: np.ndarray, finish: np.ndarray) -> Pipeline:
 
 def policy_of(model: Pipeline, threshold: float, summary: dict[str, Any]) -> LearnedPolicy:
     """The fitted model as the JSON policy the program runs."""
-    from dspy_rag.optimizers.policy_features import FEATURES
     from dspy_rag.pipelines.learned_policy import LearnedPolicy
+    from dspy_rag.pipelines.policy_features import FEATURES
 
     scaler, classifier = model.named_steps["scale"], model.named_steps["classify"]
     return LearnedPolicy(list(FEATURES), scaler.mean_.tolist(), scaler.scale_.tolist(), classifier.coef_[0].tolist(),
@@ -187,11 +187,11 @@ def distill_policy(request: DistillRequest, config: Config, console: Console,
     """Trace, label, fit and save; returns the policy written into the artifact."""
     import dspy
 
+    from dspy_rag import artifacts
+    from dspy_rag.evals.research_metric import ResearchMetric, example_of
     from dspy_rag.models import build_lm, usage_since
-    from dspy_rag.optimizers import artifacts
-    from dspy_rag.optimizers.metric import ResearchMetric, example_of
-    from dspy_rag.optimizers.policy_features import embed_texts
     from dspy_rag.optimizers.policy_labels import trace_question
+    from dspy_rag.pipelines.policy_features import embed_texts
     from dspy_rag.pipelines.programs import build_program
     from dspy_rag.trainsets.registry import load_trainset
 

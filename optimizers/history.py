@@ -23,7 +23,7 @@ from dspy_rag.config import load_config
 from dspy_rag.console import out
 from dspy_rag.errors import UserError
 from dspy_rag.files import write_atomic
-from dspy_rag.optimizers.ledger import LedgerEntry, ledger_path, read
+from dspy_rag.ledger import LedgerEntry, ledger_path, read
 
 UNCOMPILED = "uncompiled"
 

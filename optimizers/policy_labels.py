@@ -14,10 +14,10 @@ from dataclasses import dataclass, replace
 
 import dspy
 
-from dspy_rag.optimizers.metric import ResearchMetric
-from dspy_rag.optimizers.policy_features import DecisionPoint, Embed, decision_points, feature_values
+from dspy_rag.evals.research_metric import ResearchMetric
 from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.lm_calls import LMCalls
+from dspy_rag.pipelines.policy_features import DecisionPoint, Embed, decision_points, feature_values
 from dspy_rag.pipelines.research_run import ResearchRun
 
 

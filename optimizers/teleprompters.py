@@ -13,7 +13,7 @@ import dspy
 from dspy.teleprompt import GEPA, BootstrapFewShot, BootstrapFewShotWithRandomSearch, LabeledFewShot, MIPROv2
 
 from dspy_rag.errors import UserError
-from dspy_rag.optimizers.metric import ResearchMetric
+from dspy_rag.evals.research_metric import ResearchMetric
 
 Build = Callable[[ResearchMetric, dict[str, Any], dspy.LM | None, dspy.LM], Any]
 

@@ -8,7 +8,6 @@ Pointwise BCE on ~1,400 pairs left an earlier version at chance. A share of the 
 hash of their id, so the split is stable) and recorded, so evaluation can stay on unseen questions.
 """
 
-import hashlib
 import os
 import random
 import shutil
@@ -18,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dspy_rag.files import write_json_atomic
+from dspy_rag.trainsets.corpus_index import is_held_out
 from dspy_rag.trainsets.formats import CorpusPassage, Question
 
 # A question, its relevant passage texts, its negative passage texts.
@@ -47,11 +47,6 @@ class TrainingSummary:
     loss_by_epoch: list[float]
     seconds: float
     sha256: str  # of model.safetensors: a damaged or swapped file is refused at load
-
-
-def is_held_out(question: Question, share: float) -> bool:
-    bucket = int(hashlib.sha256(question.id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-    return bucket < share
 
 
 def passage_text(passage: CorpusPassage) -> str:

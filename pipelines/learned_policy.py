@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dspy_rag.artifacts import read_plain
 from dspy_rag.errors import UserError
 from dspy_rag.files import write_json_atomic
-from dspy_rag.optimizers.artifacts import read_plain
-from dspy_rag.optimizers.policy_features import FEATURES, DecisionPoint, Embed, embed_texts, feature_values, vector
+from dspy_rag.pipelines.policy_features import FEATURES, DecisionPoint, Embed, embed_texts, feature_values, vector
 
 POLICY_FILE = "policy.json"
 FORMAT = "dspy-rag-policy"

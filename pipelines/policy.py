@@ -5,10 +5,10 @@ from typing import Literal
 
 import dspy
 
-from dspy_rag.optimizers.policy_features import live_point
 from dspy_rag.pipelines.guards import must_go_on
 from dspy_rag.pipelines.learned_policy import LearnedPolicy
 from dspy_rag.pipelines.lm_calls import LMCalls
+from dspy_rag.pipelines.policy_features import live_point
 from dspy_rag.pipelines.research_run import ResearchRun
 from dspy_rag.signatures import DecideNext, Step
 

@@ -1,11 +1,14 @@
-"""Build a program by name over an index and web tool, as `ask`, `compile` and the benchmarks need it."""
+"""Build a program by name over an index and web tool, as `ask`, `compile` and the benchmarks need it, with its
+compiled artifact loaded (`program_for`)."""
 
 from collections.abc import Callable
 from typing import Literal
 
 import dspy
 
+from dspy_rag import artifacts
 from dspy_rag.config import Config
+from dspy_rag.errors import UserError
 from dspy_rag.index import Index
 from dspy_rag.pipelines.baseline import BaselineRAG
 from dspy_rag.pipelines.deep import DeepResearch
@@ -32,3 +35,26 @@ def build_program(pipeline: Pipeline, settings: Config, index: Index, web: WebSe
                         policy, on_event=on_event, learned=learned,
                         evidence_chars=evidence_chars(settings.lm.context_window), guards=settings.guards,
                         roles=settings.roles)
+
+
+def program_for(pipeline: str, settings: Config, store: Index, searcher: WebSearch | None, policy: str = "llm",
+                say: Callable[..., None] = lambda *_: None, artifact: str | None = None) -> dspy.Module:
+    """The program, with the compiled artifact loaded into the deep one (`auto`: the default shipped for the model),
+    and the artifact's learned policy when it decides with one."""
+    chosen = artifacts.chosen(artifact or settings.artifacts.default, settings.artifacts.path, settings.lm.model)
+    learned = None
+    if pipeline == "deep" and policy == "learned":
+        if chosen is None:
+            raise UserError("--policy learned decides with an artifact's policy.json; pass --artifact NAME (run "
+                            "`dspy-rag distill-policy` for it first)")
+        learned = LearnedPolicy.load(chosen)
+        say(f"learned policy from {learned.summary.get('trainset', '?')} (threshold {learned.threshold:.2f})")
+    program = build_program(pipeline, settings, store, searcher, policy,  # type: ignore[arg-type]
+                            on_event=lambda kind, text: say(text, kind), learned=learned)
+    if pipeline != "deep" or chosen is None:
+        return program
+    manifest = artifacts.load(chosen, program)
+    program.artifact = manifest.name
+    away = "" if manifest.model == settings.lm.model else f", compiled for {manifest.model}: prompts transfer as text"
+    say(f"artifact {manifest.name} ({manifest.optimizer} on {manifest.trainset}{away})")
+    return program

@@ -10,9 +10,9 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
+from dspy_rag import artifacts
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
-from dspy_rag.optimizers import artifacts
 from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.retrieval import Retriever
 from dspy_rag.signatures import AnswerBriefly

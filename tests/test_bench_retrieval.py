@@ -15,12 +15,12 @@ from dspy_rag.evals.bench_retrieval import (
     RERANKED,
     all_gold_at,
     bench_app,
-    corpus_documents,
     recall_at,
     run,
     scaling,
 )
 from dspy_rag.retrieval import Passage
+from dspy_rag.trainsets.corpus_index import corpus_documents
 from dspy_rag.trainsets.formats import CorpusPassage, load_questions, passage_id
 
 # --- metrics -----------------------------------------------------------------------------------------

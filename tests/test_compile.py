@@ -12,12 +12,12 @@ from dspy.utils import DummyLM
 from rich.console import Console
 
 from conftest import REPLIES, scratch_config
+from dspy_rag import artifacts
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
-from dspy_rag.optimizers import artifacts
+from dspy_rag.evals.research_metric import ResearchMetric, example_of, gold_evidence
+from dspy_rag.ledger import read
 from dspy_rag.optimizers import compile as compiling
-from dspy_rag.optimizers.ledger import read
-from dspy_rag.optimizers.metric import ResearchMetric, example_of, gold_evidence
 from dspy_rag.optimizers.teleprompters import OPTIMIZERS, LabeledPerModule
 from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
 from dspy_rag.trainsets.formats import Question

@@ -15,7 +15,7 @@ from dspy_rag import models
 from dspy_rag.cli import app
 from dspy_rag.evals import evaluate
 from dspy_rag.evals.rows import Row
-from dspy_rag.optimizers.ledger import read
+from dspy_rag.ledger import read
 from dspy_rag.pipelines.baseline import BaselineRAG
 from dspy_rag.pipelines.lm_calls import Unparseable
 

@@ -1,9 +1,11 @@
 """Every module imports on its own: a command that loads one module first must not meet a circular import
 that the test suite's import order happens to hide."""
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 IMPORT_EACH_ALONE = """
 import importlib, json, pkgutil, sys
@@ -29,3 +31,64 @@ def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
                             check=True)
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["modules"] > 40 and report["failed"] == []
+
+
+# The floors, lowest first: a module imports only from its own floor and those below it.
+FLOORS = ("core", "signatures", "pipelines", "trainsets", "evals", "optimizers", "top")
+TOP = {"cli", "api", "__init__"}  # dspy_rag/cli.py, api.py and the package's lazy facade
+REPO = Path(__file__).resolve().parents[1]
+
+
+def floor_of_module(name: str) -> str | None:
+    """The floor of an imported name: `import dspy_rag` is the package (core), `dspy_rag.Research` the API's."""
+    import dspy_rag
+
+    parts = name.split(".")
+    if parts[0] != "dspy_rag":
+        return None
+    if len(parts) == 1:
+        return "core"
+    if parts[1] in TOP or parts[1] in dspy_rag._EXPORTS and dspy_rag._EXPORTS[parts[1]] == "dspy_rag.api":
+        return "top"
+    return parts[1] if parts[1] in FLOORS else "core"
+
+
+def upward_imports(root: Path) -> list[str]:
+    """Every import, at the top of a module or inside a function, of a floor above the importing module's."""
+    found = []
+    for folder in ("dspy_rag", *FLOORS[1:-1]):
+        for file in sorted((root / folder).glob("*.py")):
+            own = ("top" if file.stem in TOP else "core") if folder == "dspy_rag" else folder
+            for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    # `from dspy_rag import pipelines` imports the subpackage, `from dspy_rag import artifacts` a
+                    # core module
+                    names = ([f"{node.module}.{a.name}" for a in node.names] if node.module == "dspy_rag"
+                             else [node.module])
+                elif isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                else:
+                    continue
+                for name in names:
+                    floor = floor_of_module(name)
+                    if floor is not None and FLOORS.index(floor) > FLOORS.index(own):
+                        found.append(f"{file.relative_to(root)}:{node.lineno} ({own}) imports {name} ({floor})")
+    return found
+
+
+def test_imports_run_one_way() -> None:
+    assert upward_imports(REPO) == []
+
+
+def test_an_upward_import_is_found(tmp_path: Path) -> None:
+    for folder in ("dspy_rag", *FLOORS[1:-1]):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "pipelines" / "deep.py").write_text("def f():\n    from dspy_rag.optimizers import compile\n")
+    (tmp_path / "dspy_rag" / "index.py").write_text("from dspy_rag import api\nfrom dspy_rag import files\n"
+                                                    "from dspy_rag import Research\n")
+    (tmp_path / "evals" / "rows.py").write_text("import dspy_rag.pipelines.deep\n")  # downward: fine
+    assert upward_imports(tmp_path) == [
+        "dspy_rag/index.py:1 (core) imports dspy_rag.api (top)",
+        "dspy_rag/index.py:3 (core) imports dspy_rag.Research (top)",
+        "pipelines/deep.py:2 (pipelines) imports dspy_rag.optimizers (optimizers)",
+    ]

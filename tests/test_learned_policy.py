@@ -13,18 +13,17 @@ from dspy.utils import DummyLM
 from test_deep import QUESTION, plan, step
 
 from conftest import FACTS, assert_one_line_error, invoke, scratch_config
-from dspy_rag import models
+from dspy_rag import artifacts, models
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
+from dspy_rag.evals.research_metric import DEFAULT_WEIGHTS, ResearchMetric, example_of
 from dspy_rag.index import Index
-from dspy_rag.optimizers import artifacts
+from dspy_rag.ledger import read
 from dspy_rag.optimizers.distill_policy import fit_classifier, policy_of
-from dspy_rag.optimizers.ledger import read
-from dspy_rag.optimizers.metric import DEFAULT_WEIGHTS, ResearchMetric, example_of
-from dspy_rag.optimizers.policy_features import FEATURES, decision_points, feature_values, live_point
 from dspy_rag.optimizers.policy_labels import stop_labels, trace_question
 from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.learned_policy import POLICY_FILE, LearnedPolicy
+from dspy_rag.pipelines.policy_features import FEATURES, decision_points, feature_values, live_point
 from dspy_rag.pipelines.programs import build_program
 from dspy_rag.pipelines.trajectory import CallRecord, Scored, StepRecord, Trajectory
 from dspy_rag.retrieval import Retriever

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from conftest import run_cli
 from dspy_rag.cli import app
-from dspy_rag.optimizers.ledger import LEDGER_FILE, LedgerEntry, append, read
+from dspy_rag.ledger import LEDGER_FILE, LedgerEntry, append, read
 
 MODEL, OTHER_MODEL = "local/qwen2.5-coder-0.5b", "openai/gpt-4o-mini"
 WRITERS, PER_WRITER = 4, 50

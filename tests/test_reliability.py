@@ -35,11 +35,11 @@ from conftest import (
     tree,
     user_environment,
 )
+from dspy_rag import artifacts, ledger
 from dspy_rag.config import load_config
 from dspy_rag.documents import parse
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
-from dspy_rag.optimizers import artifacts, ledger
 from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.retrieval import Retriever
 

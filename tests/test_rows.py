@@ -6,8 +6,8 @@ from pathlib import Path
 
 import dspy
 
+from dspy_rag.evals.research_metric import looked_at
 from dspy_rag.evals.rows import EvalSet, Row, cached_rows, score, summarize
-from dspy_rag.optimizers.metric import looked_at
 from dspy_rag.pipelines.trajectory import Scored, StepRecord, Trajectory
 from dspy_rag.retrieval import Passage
 from dspy_rag.trainsets.formats import Question

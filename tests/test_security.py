@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from test_web import FakeTavily
 
 from conftest import FakeLM, assert_one_line_error, invoke, run_cli, tree
+from dspy_rag import artifacts
 from dspy_rag.errors import UserError
-from dspy_rag.optimizers import artifacts
 
 LM_KEY, TAVILY_KEY = "sk-SENTINEL-lm-5f1e2d3c4b5a69788796", "tvly-SENTINEL-web-0a1b2c3d4e5f6789"
 SOURCES = [Path(__file__).parent.parent / folder

@@ -13,8 +13,8 @@ from rich.console import Console
 
 from conftest import REPLIES, scratch_config
 from dspy_rag.config import Config
+from dspy_rag.ledger import read
 from dspy_rag.optimizers import compile as compiling
-from dspy_rag.optimizers.ledger import read
 
 mlflow = pytest.importorskip("mlflow")
 SECRET = "sk-test-0123456789abcdef"

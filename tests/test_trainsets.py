@@ -13,10 +13,10 @@ from conftest import DATA, TENK
 from dspy_rag.cli import app
 from dspy_rag.config import load_config
 from dspy_rag.errors import UserError
-from dspy_rag.evals.bench_retrieval import default_work_dir
 from dspy_rag.evals.rows import load_set
-from dspy_rag.optimizers.train_reranker import is_held_out, train_reranker
+from dspy_rag.optimizers.train_reranker import train_reranker
 from dspy_rag.trainsets import registry
+from dspy_rag.trainsets.corpus_index import default_work_dir, is_held_out
 from dspy_rag.trainsets.formats import load_corpus, load_questions
 from dspy_rag.trainsets.registry import Trainset, available, load_trainset
 

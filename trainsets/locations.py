@@ -3,7 +3,7 @@
 import os
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from dspy_rag.files import REPO
 
 
 def shared_data() -> Path:

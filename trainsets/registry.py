@@ -30,9 +30,8 @@ from rich.table import Table
 from dspy_rag.config import Config
 from dspy_rag.console import out, styled
 from dspy_rag.errors import UserError
-from dspy_rag.evals.bench_retrieval import build_index, default_work_dir, sha256_of
 from dspy_rag.index import Index
-from dspy_rag.optimizers.train_reranker import is_held_out
+from dspy_rag.trainsets.corpus_index import build_index, default_work_dir, is_held_out, sha256_of
 from dspy_rag.trainsets.formats import CorpusPassage, Format, Question, load_corpus, load_questions
 from dspy_rag.trainsets.locations import shared_data
 from dspy_rag.web import SnapshotSearch, WebSearch

@@ -23,8 +23,7 @@ from dspy.utils.saving import get_dependency_versions
 from pydantic import TypeAdapter, ValidationError
 
 from dspy_rag.errors import UserError
-from dspy_rag.files import write_atomic
-from dspy_rag.trainsets.locations import REPO
+from dspy_rag.files import REPO, write_atomic
 
 FORMAT = "dspy-rag-artifact"
 ARTIFACT_VERSION = 1
