@@ -31,15 +31,15 @@ ABLATED = "-without-"
 
 
 def ablations(folder: Path) -> str:
-    """Each ablation column beside the full deep program: its F1, the paired change, and on how many questions
-    the guard fired (elsewhere the ablation is the full program's run)."""
+    """Each ablation column beside the full deep program: its F1, the paired change, and how many questions it ran
+    again (a guard's ablation only those where the guard fired; elsewhere it is the full program's run)."""
     results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
     full = _column(results, "deep")
     if full is None:
         return ""
     base = _f1(results["rows"][full])
     lines = [f"{results['trainset']} ({len(base)} questions), {full}: F1 {statistics.fmean(base):.3f}",
-             "| turned off | F1 | change | questions it changed |", "|---|---|---|---|"]
+             "| turned off | F1 | change | questions run again |", "|---|---|---|---|"]
     for label, rows in results["rows"].items():
         if ABLATED in label and label.startswith(full.split("@")[0]):
             f1 = _f1(rows)
