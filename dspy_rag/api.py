@@ -71,8 +71,6 @@ class Research:
         """Open the configured index (it must hold documents), load the model and build the program; `web` is
         tavily, off or a snapshot path (default: the configured provider), `on_event` hears each research step
         as (text, kind)."""
-        import dspy
-
         from dspy_rag.index import Index
         from dspy_rag.models import build_lm
         from dspy_rag.pipelines.programs import program_for
@@ -81,10 +79,8 @@ class Research:
         config = config or load_config()
         index = Index(config).require()
         searcher = web_search(config, web)
-        lm = build_lm(config.lm)
-        with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
-            program = program_for(pipeline, config, index, searcher, policy, on_event, artifact)
-        return cls(config, index, lm, program, searcher)
+        program = program_for(pipeline, config, index, searcher, policy, on_event, artifact)
+        return cls(config, index, build_lm(config.lm), program, searcher)
 
     def ask(self, question: str) -> dspy.Prediction:
         """The program's answer: `answer` (cited), `short_answer`, `citations`, `flagged` (unsupported sentences),

@@ -29,7 +29,17 @@ from dspy_rag.console import err, out, quiet
 from dspy_rag.errors import UserError
 from dspy_rag.evals.metrics import AnswerScores, weighted_score
 from dspy_rag.evals.ragas_bridge import HEADERS, Judge, RagasInputs, cell, inputs_of, ragas_scores, summarize
-from dspy_rag.evals.rows import PIPELINES, RESULTS, EvalSet, Row, cached_rows, load_set, run_question, score
+from dspy_rag.evals.rows import (
+    PIPELINES,
+    RESULTS,
+    EvalSet,
+    Row,
+    cached_rows,
+    kept_trajectories,
+    load_set,
+    run_question,
+    score,
+)
 from dspy_rag.evals.rows import summarize as summarize_answers
 from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, bootstrap_ci, paired_delta_ci
 from dspy_rag.files import write_atomic, write_json_atomic
@@ -158,18 +168,6 @@ def with_ragas(row: Row, inputs: RagasInputs, judge: Judge | None) -> Row:
 def judged_as_asked(row: Row, judge: Judge | None) -> bool:
     """A cached row stands, unless a judge is asked for that did not judge it."""
     return judge is None or row.judge == judge.model
-
-
-def kept_trajectories(path: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """The trajectories kept beside the rows, by set, column and question."""
-    kept = {}
-    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
-        try:
-            entry = json.loads(line)
-            kept[(entry["set"], entry["pipeline"], entry["id"])] = entry["trajectory"]
-        except (json.JSONDecodeError, KeyError, TypeError):
-            continue  # a line cut short by an interruption
-    return kept
 
 
 def keep_trajectory(path: Path, key: tuple[str, str, str], trajectory: dict[str, Any]) -> None:

@@ -16,6 +16,8 @@ from typing import Any
 
 from dspy_rag.evals.evaluate import interval_text
 
+ABLATED = "-without-"  # an ablation column's label: deep+auto-without-keep_going@model
+
 
 def _f1(rows: list[dict[str, Any]]) -> list[float]:
     return [r["f1"] for r in rows]
@@ -25,9 +27,6 @@ def _column(results: dict[str, Any], pipeline: str) -> str | None:
     """The label of the program's full column (not an ablation)."""
     return next((label for label in results["rows"]
                  if label.split("@")[0].split("+")[0] == pipeline and ABLATED not in label), None)
-
-
-ABLATED = "-without-"
 
 
 def ablations(folder: Path) -> str:

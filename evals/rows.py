@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dspy_rag.config import Config
 from dspy_rag.index import Index
@@ -27,6 +28,9 @@ if TYPE_CHECKING:  # dspy costs ~0.4 s to import, and every CLI command loads th
 
 PIPELINES = ("plain", "baseline", "deep")
 RESULTS = REPO / "evals" / "results"
+
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -145,14 +149,30 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
     }
 
 
-def cached_rows(cache: Path) -> dict[tuple[str, str, str], Row]:
-    if not cache.exists():
-        return {}
-    rows = {}
-    for line in cache.read_text(encoding="utf-8").splitlines():
+Key = tuple[str, str, str]  # set, column, question id
+
+
+def appended(path: Path, read: Callable[[Any], tuple[Key, T]]) -> dict[Key, T]:
+    """What `read` makes of each line of a JSON-lines file an eval appends to, by key (a later line wins); a line
+    cut short by an interruption, or of another shape, is skipped, and its question simply runs again."""
+    found: dict[Key, T] = {}
+    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
         try:
-            row = Row(**json.loads(line))
-        except (json.JSONDecodeError, TypeError):
-            continue  # a line cut short by an interruption is simply run again
-        rows[(row.set, row.pipeline, row.id)] = row
-    return rows
+            key, value = read(json.loads(line))
+        except (ValueError, KeyError, TypeError):
+            continue
+        found[key] = value
+    return found
+
+
+def cached_rows(cache: Path) -> dict[Key, Row]:
+    def row_of(record: Any) -> tuple[Key, Row]:
+        row = Row(**record)
+        return (row.set, row.pipeline, row.id), row
+
+    return appended(cache, row_of)
+
+
+def kept_trajectories(path: Path) -> dict[Key, dict[str, Any]]:
+    """The deep runs' trajectories kept beside the rows."""
+    return appended(path, lambda entry: ((entry["set"], entry["pipeline"], entry["id"]), entry["trajectory"]))
