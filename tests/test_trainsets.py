@@ -27,6 +27,7 @@ SIZES = {
     "musique": (48, 22, 70, 1890, None, None),
     "nvidia-10k": (32, 14, 46, None, 1, "web-snapshot"),
     "reference": (0, 1, 1, None, 1, "web-snapshot"),
+    "injection": (0, 22, 22, None, 22, None),
 }
 HELD_OUT_SETS = ["hotpotqa", "multihop-rag", "musique"]
 
@@ -49,7 +50,7 @@ def write_set(folder: Path, split: str = "{field: split}", **extra: str) -> Path
     return definition
 
 
-def test_the_five_sets_are_shipped() -> None:
+def test_the_shipped_sets_are_listed() -> None:
     assert available() == sorted(SIZES)
 
 
@@ -58,7 +59,7 @@ def test_every_shipped_set_loads_with_disjoint_train_and_dev_that_make_all(name:
     trainset = load_trainset(name)
     train, dev, everything = (ids(trainset.questions(split)) for split in ("train", "dev", "all"))
     assert trainset.name == name == trainset.definition_path.stem
-    assert (train or name == "reference") and dev and not set(train) & set(dev)  # reference: one question, dev
+    assert (train or name in {"reference", "injection"}) and dev and not set(train) & set(dev)  # dev-only sets
     assert sorted(train + dev) == sorted(everything)
     assert len(trainset.content_hash) == 16 and int(trainset.content_hash, 16) >= 0
 
