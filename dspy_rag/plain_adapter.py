@@ -2,7 +2,7 @@
 the instruction as the system message, the inputs as labelled plain text, and the reply taken whole.
 
 No field markers, no JSON and no schema: the local 0.5B and 1.5B models lose their answer in structured
-formats they can meet (docs/deep-program.md gives the measurement). Demos become user/assistant turns, so a
+formats they can meet (docs/design/deep-program.md says what was measured). Demos become user/assistant turns, so a
 compiled signature keeps its instruction and demos.
 """
 
