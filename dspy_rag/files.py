@@ -6,12 +6,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from platformdirs import user_cache_dir
+
 REPO = Path(__file__).resolve().parents[1]  # the checkout (an editable install's source tree)
 
 
 def cache_root() -> Path:
-    """Where derived data lives (assembled models, prompt states, snapshot indexes): $DSPY_RAG_CACHE or ~/.cache."""
-    return Path(os.environ.get("DSPY_RAG_CACHE", Path.home() / ".cache" / "dspy-rag"))
+    """Where derived data lives (assembled models, prompt states, snapshot indexes): $DSPY_RAG_CACHE, else the
+    user's cache folder for dspy-rag (on Linux ~/.cache/dspy-rag, or under $XDG_CACHE_HOME)."""
+    return Path(os.environ.get("DSPY_RAG_CACHE") or user_cache_dir("dspy-rag"))
 
 
 def write_atomic(path: Path, data: bytes) -> None:

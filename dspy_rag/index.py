@@ -5,7 +5,6 @@ atomically, then deletes the chunks it superseded. Readers only trust chunk ids 
 interrupted ingest leaves the previous index fully usable, and the next ingest sweeps its leftovers.
 """
 
-import fcntl
 import hashlib
 import json
 import os
@@ -20,6 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
+from filelock import FileLock, Timeout
 
 from dspy_rag.bm25 import LuceneBM25
 from dspy_rag.chunking import Chunk, chunk_document
@@ -284,11 +284,11 @@ class Index:
     @contextmanager
     def _writer_lock(self, wait: bool = False) -> Iterator[None]:
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".ingest.lock", "w") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError as exc:
-                raise UserError(f"another ingest is writing to {self.root}; wait for it to finish") from exc
+        try:
+            held = FileLock(self.root / ".ingest.lock", timeout=-1 if wait else 0).acquire()
+        except Timeout as exc:
+            raise UserError(f"another ingest is writing to {self.root}; wait for it to finish") from exc
+        with held:
             yield
 
     def _sweep_uncommitted(self, repair: bool, progress: ProgressFn) -> int:

@@ -1,17 +1,18 @@
 """The ledger: one JSON line per compile and per evaluation, appended and never rewritten.
 
-Writers hold an exclusive lock and add each line with one write to an append-only descriptor, so concurrent
-compiles never interleave. A writer that crashed mid-line leaves a torn line; the next writer starts on a
-fresh line and readers skip it, so no good entry is ever lost or glued to it.
+Writers hold an exclusive lock (a lock file beside the ledger) and add each line with one write to an
+append-only descriptor, so concurrent compiles never interleave. A writer that crashed mid-line leaves a torn
+line; the next writer starts on a fresh line and readers skip it, so no good entry is ever lost or glued to it.
 """
 
-import fcntl
 import json
 import os
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
+
+from filelock import FileLock
 
 from dspy_rag.config import Config
 
@@ -49,25 +50,24 @@ def append(path: Path, entry: LedgerEntry) -> None:
     stamped = replace(entry, time=entry.time or datetime.now(UTC).isoformat(timespec="seconds"))
     line = (json.dumps(asdict(stamped), ensure_ascii=False) + "\n").encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            line = b"\n" + line
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)  # and with it the lock
+    with FileLock(path.with_name(f".{path.name}.lock")):
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def read(path: Path) -> list[LedgerEntry]:
     """The entries this version understands, oldest first; torn lines and newer versions are skipped."""
+    # No lock: a writer only appends, so a read sees whole lines and at most the start of one still being written,
+    # which parses as torn and is skipped, as if read a moment earlier.
     try:
-        with path.open("rb") as handle:
-            # Shared: a writer's line is either wholly there or not yet.
-            fcntl.flock(handle, fcntl.LOCK_SH)
-            lines = handle.read().splitlines()
+        lines = path.read_bytes().splitlines()
     except FileNotFoundError:
         return []
     return [entry for line in lines if (entry := parse(line)) is not None]

@@ -89,16 +89,17 @@ def bridged(order: list[Passage]) -> list[Passage]:
 
 
 class CrossEncoderReranker:
-    """A standard sequence-classification cross-encoder by name or folder (transformers)."""
+    """A standard sequence-classification cross-encoder by name or folder (sentence-transformers' CrossEncoder);
+    its scores are the raw relevance logits."""
 
     def __init__(self, name_or_path: str) -> None:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from sentence_transformers import CrossEncoder
 
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-            # safetensors only: pickled weights (pytorch_model.bin) are never opened.
-            self.model = AutoModelForSequenceClassification.from_pretrained(name_or_path, num_labels=1,
-                                                                            use_safetensors=True).eval()
+            # safetensors only: pickled weights (pytorch_model.bin) are never opened. Identity, not the default
+            # sigmoid: a passage carries the model's logit as its score.
+            self.model = CrossEncoder(name_or_path, num_labels=1, max_length=MAX_LENGTH, device="cpu",
+                                      activation_fn=torch.nn.Identity(), model_kwargs={"use_safetensors": True})
         except OSError as exc:
             raise UserError(f"cannot load reranker '{name_or_path}' (it needs model.safetensors); offline, train one "
                             "with `dspy-rag train-reranker` or set retrieval.reranker: none") from exc
@@ -107,14 +108,11 @@ class CrossEncoderReranker:
 
     def scores(self, query: str, texts: list[str], batch_size: int = 16) -> np.ndarray:
         torch.set_num_threads(os.cpu_count() or 1)
-        rows = []
-        with torch.inference_mode():
-            for start in range(0, len(texts), batch_size):
-                batch = texts[start : start + batch_size]
-                encoded = self.tokenizer([query] * len(batch), batch, truncation="only_second",
-                                         max_length=MAX_LENGTH, padding=True, return_tensors="pt")
-                rows.append(self.model(**encoded).logits[:, 0].float().numpy())
-        return np.concatenate(rows) if rows else np.zeros(0, dtype=np.float32)
+        if not texts:
+            return np.zeros(0, dtype=np.float32)
+        # A long passage is cut, never the query.
+        return self.model.predict([(query, text) for text in texts], batch_size=batch_size, show_progress_bar=False,
+                                  processing_kwargs={"text": {"truncation": "only_second"}})
 
     def rerank(self, query: str, passages: list[Passage], top_n: int) -> list[Passage]:
         return ranked(passages, self.scores(query, [p.text for p in passages]))[:top_n]

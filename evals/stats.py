@@ -1,25 +1,53 @@
-"""Bootstrap confidence intervals over questions: is a difference between two runs more than noise?"""
+"""Bootstrap confidence intervals over questions: is a difference between two runs more than noise?
 
-import random
-import statistics
-from collections.abc import Sequence
+Intervals are 95% BCa (bias-corrected and accelerated) bootstrap intervals from scipy, with a fixed seed so the
+same scores always print the same interval."""
 
-RESAMPLES = 2000
-MIN_QUESTIONS_FOR_AN_INTERVAL = 8  # below this a percentile bootstrap is too narrow to mean anything
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from scipy.stats import bootstrap
+
+LEVEL = 0.95
+RESAMPLES = 9999
+SEED = 0
+SAME_SCORE = 1e-9  # scores closer than this are one score: far below the three decimals an interval prints
+MIN_QUESTIONS_FOR_AN_INTERVAL = 8  # below this a bootstrap interval is too unstable to mean anything
 
 
-def bootstrap_ci(values: Sequence[float], level: float = 0.95, seed: int = 0) -> tuple[float, float]:
-    """The percentile interval of the mean, resampling questions with replacement."""
+def bootstrap_ci(values: Sequence[float]) -> tuple[float, float]:
+    """The interval of the mean, resampling questions with replacement."""
     if not values:
         raise ValueError("no values to resample")
-    rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(RESAMPLES))
-    tail = (1 - level) / 2
-    return means[int(tail * (RESAMPLES - 1))], means[int((1 - tail) * (RESAMPLES - 1))]
+    return _bca(np.asarray(values, dtype=float), (values,), _mean, paired=False)
 
 
-def paired_delta_ci(before: Sequence[float], after: Sequence[float], level: float = 0.95) -> tuple[float, float]:
-    """The interval of the mean per-question gain; the same questions are resampled for both runs."""
+def paired_delta_ci(before: Sequence[float], after: Sequence[float]) -> tuple[float, float]:
+    """The interval of the mean per-question gain (after - before); a resample draws the same questions from both
+    runs, so how hard each question is cancels out."""
     if len(before) != len(after):
         raise ValueError("paired runs must score the same questions")
-    return bootstrap_ci([b - a for a, b in zip(before, after, strict=True)], level)
+    if not before:
+        raise ValueError("no values to resample")
+    gains = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
+    return _bca(gains, (before, after), _mean_gain, paired=True)
+
+
+def _mean(values: np.ndarray, axis: int) -> np.ndarray:
+    return np.mean(values, axis=axis)
+
+
+def _mean_gain(before: np.ndarray, after: np.ndarray, axis: int) -> np.ndarray:
+    return np.mean(after - before, axis=axis)
+
+
+def _bca(per_question: np.ndarray, data: tuple[Sequence[float], ...], statistic: Callable[..., np.ndarray],
+         paired: bool) -> tuple[float, float]:
+    # Every question scoring the same (up to float noise from subtracting two runs) makes every resample's mean
+    # that one value: the interval is that point. BCa's acceleration is 0/0 there and scipy would return nan.
+    if np.allclose(per_question, per_question.mean(), rtol=0, atol=SAME_SCORE):
+        point = float(per_question.mean())
+        return point, point
+    interval = bootstrap(data, statistic, paired=paired, vectorized=True, confidence_level=LEVEL,
+                         n_resamples=RESAMPLES, method="BCa", rng=SEED).confidence_interval
+    return float(interval.low), float(interval.high)

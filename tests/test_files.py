@@ -1,12 +1,13 @@
-"""Atomic writes: a failed write leaves the old file and no temporary file behind."""
+"""Atomic writes: a failed write leaves the old file and no temporary file behind; where the cache lives."""
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from dspy_rag.files import write_atomic, write_json_atomic
+from dspy_rag.files import cache_root, write_atomic, write_json_atomic
 
 
 def test_write_atomic_creates_and_replaces(tmp_path: Path) -> None:
@@ -38,3 +39,18 @@ def test_failed_write_keeps_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyP
         write_atomic(path, b"new content")
     assert path.read_bytes() == b"old content"
     assert os.listdir(tmp_path) == ["state.json"]
+
+
+def test_dspy_rag_cache_names_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DSPY_RAG_CACHE", str(tmp_path / "mine"))
+    assert cache_root() == tmp_path / "mine"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the XDG folders are Linux's")
+def test_otherwise_the_cache_is_the_users_cache_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for unset in ("DSPY_RAG_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(unset, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_root() == tmp_path / "home" / ".cache" / "dspy-rag"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == tmp_path / "xdg" / "dspy-rag"

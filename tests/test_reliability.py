@@ -383,7 +383,7 @@ def test_a_recompile_stopped_midway_leaves_artifact_and_ledger_as_they_were(
                         env={**fake_lm.env, "DSPY_RAG_CACHE": str(workspace / "other-cache")})
     wait_for(lambda: len(fake_lm.requests) > fake_lm.hold_after, "the compile waits for the LM", process)
     stopped(process, signum)
-    assert tree(folder) == before and sorted(os.listdir(folder)) == ["ledger.jsonl", "tiny"]
+    assert tree(folder) == before and sorted(os.listdir(folder)) == [".ledger.jsonl.lock", "ledger.jsonl", "tiny"]
 
 
 @pytest.mark.slow

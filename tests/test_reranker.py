@@ -18,6 +18,7 @@ from dspy_rag.optimizers.train_reranker import (
     train_reranker,
 )
 from dspy_rag.reranker import (
+    MAX_LENGTH,
     SHIPPED,
     CrossEncoderReranker,
     MiniLMReranker,
@@ -124,17 +125,46 @@ def test_auto_picks_up_the_trained_reranker_and_ranks(trained: Path, tmp_path: P
     assert [p.id for p in top][0] == "1" and top[0].score >= top[1].score
 
 
-def test_a_plain_sequence_classification_folder_loads_as_a_standard_cross_encoder(tmp_path: Path) -> None:
-    """What a downloaded cross-encoder (cross-encoder/ms-marco-MiniLM-L-6-v2) looks like on disk."""
+@pytest.fixture()
+def plain_cross_encoder(tmp_path: Path) -> Path:
+    """What a downloaded cross-encoder (cross-encoder/ms-marco-MiniLM-L-6-v2) looks like on disk: a
+    sequence-classification checkpoint (here MiniLM with an untrained head; none ships trained)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     folder = tmp_path / "plain"
     AutoModelForSequenceClassification.from_pretrained(str(BASE), num_labels=1).save_pretrained(str(folder))
     AutoTokenizer.from_pretrained(str(BASE)).save_pretrained(str(folder))
-    reranker = load_reranker(scratch_config(tmp_path, **{"retrieval.reranker": str(folder)}))
+    return folder
+
+
+def test_a_plain_sequence_classification_folder_loads_as_a_standard_cross_encoder(plain_cross_encoder: Path,
+                                                                                   tmp_path: Path) -> None:
+    reranker = load_reranker(scratch_config(tmp_path, **{"retrieval.reranker": str(plain_cross_encoder)}))
     assert isinstance(reranker, CrossEncoderReranker)
     passages = [Passage(str(n), text, "s", "t", 0.0) for n, text in enumerate(["a b", "c d", "e f"])]
-    assert len(reranker.rerank("query", passages, 2)) == 2
+    top = reranker.rerank("query", passages, 2)
+    assert len(top) == 2 and top[0].score >= top[1].score
+
+
+def test_a_standard_cross_encoder_scores_a_pair_with_the_checkpoints_own_logit(plain_cross_encoder: Path) -> None:
+    """The model's logit on (query, passage), as transformers computes it: a passage past MAX_LENGTH tokens is
+    cut, a long query never is."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(plain_cross_encoder))
+    model = AutoModelForSequenceClassification.from_pretrained(str(plain_cross_encoder)).eval()
+    reranker = CrossEncoderReranker(str(plain_cross_encoder))
+    texts = ["Data Center revenue for fiscal year 2023 was $15.01 billion, up 41% from a year ago.",
+             "Gaming revenue for fiscal year 2023 was $9.07 billion, down 27% from a year ago.",
+             "We depend on foundries to manufacture our semiconductor wafers. " * 40]
+    for query in ("What was NVIDIA's Data Center revenue in fiscal 2023?",
+                  "Which NVIDIA segment grew in fiscal 2023, and by how much, given the supply constraints? " * 12):
+        encoded = tokenizer([query] * len(texts), texts, truncation="only_second", max_length=MAX_LENGTH,
+                            padding=True, return_tensors="pt")
+        assert encoded["input_ids"].shape[1] == MAX_LENGTH  # the long passage was cut
+        with torch.inference_mode():
+            expected = model(**encoded).logits[:, 0].numpy()
+        assert reranker.scores(query, texts) == pytest.approx(expected, abs=1e-5)
 
 
 def test_a_fresh_install_reranks_with_the_shipped_reranker(tmp_path: Path) -> None:
