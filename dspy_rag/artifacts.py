@@ -23,12 +23,12 @@ from dspy.utils.saving import get_dependency_versions
 from pydantic import TypeAdapter, ValidationError
 
 from dspy_rag.errors import UserError
-from dspy_rag.files import REPO, write_atomic
+from dspy_rag.files import shipped_artifacts, write_atomic
 
 FORMAT = "dspy-rag-artifact"
 ARTIFACT_VERSION = 1
 STATE_FILE, MANIFEST_FILE, TRAJECTORIES_FILE = "program.json", "manifest.json", "trajectories.jsonl"
-SHIPPED = REPO / "artifacts"  # the compiled defaults that come with the tool
+SHIPPED = shipped_artifacts()  # the compiled defaults that come with the tool
 MAX_FILE_BYTES = 20 * 2**20  # a state with a few dozen demos is well under 1 MB
 _PLAIN_NAME = re.compile(r"\w[\w.+-]{0,127}")  # no separators, no leading dot (staging folders use one)
 

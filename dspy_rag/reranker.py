@@ -31,7 +31,7 @@ from tokenizers import Tokenizer
 
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
-from dspy_rag.files import REPO
+from dspy_rag.files import shipped_artifacts
 from dspy_rag.retrieval import Passage
 
 DEFAULT_NAME = "minilm"
@@ -39,7 +39,7 @@ MAX_LENGTH = 256
 SETTINGS_FILE = "reranker.json"
 WEIGHTS_FILE = "model.safetensors"
 TRAINING_FILE = "training.json"
-SHIPPED = REPO / "artifacts" / "rerankers"  # the reranker that comes with the tool
+SHIPPED = shipped_artifacts() / "rerankers"  # the reranker that comes with the tool
 # Beside a busy core (a local LM, another job) two threads take 1.5-2.5 s for 20 passages and one 0.8 s.
 THREADS = 1
 ARCHITECTURE = "minilm-segment-cosine"

@@ -6,7 +6,8 @@
 The questions are the reference question and the 10-K set's questions that join sections or need the web (its
 dev split first): those a planner should split into two or three steps (the uncompiled 0.5B splits few of
 them; `--artifact nvidia-10k-plans` splits more). Each is asked by a fresh `dspy-rag ask
---json` process, as a user would run it, with the repository's artifacts (trained reranker) and the offline web
+--json` process, as a user would run it, with the working folder's configured artifacts folder (run from the
+checkout: the repository's, which `--artifact` names and which holds the trained reranker) and the offline web
 snapshot. The figures are medians, over all runs and over the runs of two or three steps (the latency target
 names those). Run it on an idle machine: another LM job on the other core halves llama.cpp's speed.
 """
@@ -20,8 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dspy_rag.evals.bench_foundation import CLI, REPO, timed
-from dspy_rag.evals.rows import LATENCY_STEPS, median_seconds_of_latency_steps
+from dspy_rag.config import load_config
+from dspy_rag.evals.bench_foundation import CLI, timed
+from dspy_rag.evals.rows import LATENCY_STEPS, RESULTS, median_seconds_of_latency_steps
 from dspy_rag.files import write_json_atomic
 from dspy_rag.trainsets.locations import shared_data, tenk_filing
 from dspy_rag.trainsets.registry import load_trainset
@@ -68,12 +70,13 @@ def main() -> None:
     parser.add_argument("--model", default="local/qwen2.5-coder-0.5b")
     parser.add_argument("--artifact", default="none", help="the compiled prompts to ask with (none: uncompiled)")
     parser.add_argument("--limit", type=int, default=8, help="questions asked (the reference question first)")
-    parser.add_argument("--out", type=Path, default=REPO / "evals" / "results" / "ask-deep.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "ask-deep.json")
     args = parser.parse_args()
     runs = []
+    artifacts = load_config().artifacts.path.resolve()  # the asking happens in a scratch folder
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        (folder / "dspy-rag.yaml").write_text(f"artifacts: {{path: {REPO / 'artifacts'}}}\n", encoding="utf-8")
+        (folder / "dspy-rag.yaml").write_text(f"artifacts: {{path: {artifacts}}}\n", encoding="utf-8")
         timed([CLI, "ingest", str(tenk_filing())], folder)
         for question in questions(args.limit):
             runs.append(run(question, folder, args.model, args.artifact))

@@ -3,7 +3,8 @@
     .venv/bin/python -m dspy_rag.evals.bench_foundation [--runs 3] [--setup] [--out evals/results/foundation.json]
 
 Each command runs as a fresh process, as a user would run it; figures are medians over runs because
-these machines are noisy. `--setup` also times scripts/setup in a fresh clone (minutes; it builds a venv).
+these machines are noisy. `--setup` also times scripts/setup in a fresh clone of the checkout the code runs
+from (minutes; it builds a venv), so it needs a checkout: an editable install, not a wheel.
 """
 
 import argparse
@@ -18,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dspy_rag.files import write_json_atomic
+from dspy_rag.evals.rows import RESULTS
+from dspy_rag.files import checkout, write_json_atomic
 from dspy_rag.trainsets.locations import tenk_filing
 
-REPO = Path(__file__).resolve().parents[1]
 CLI = str(Path(sys.executable).parent / "dspy-rag")
 # Distinct questions, so no run is served by the prompt cache of an identical earlier prompt.
 # Each maps to the strings that count as a correct answer (the tables give revenue in millions).
@@ -115,9 +116,9 @@ def bench_tokens_per_second(model: str, tenk_text: str, runs: int) -> dict[str, 
             "generation_tokens_per_s": statistics.median(generation_rates), "runs": runs}
 
 
-def bench_setup(work: Path) -> dict[str, Any]:
+def bench_setup(work: Path, source: Path) -> dict[str, Any]:
     clone = work / "clone"
-    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+    subprocess.run(["git", "clone", "--quiet", str(source), str(clone)], check=True)
     result = timed([str(clone / "scripts" / "setup")], clone)
     return {"seconds": result["seconds"], "note": "fresh clone and venv; pip's wheel cache warm (llama-cpp-python built once before)"}
 
@@ -126,8 +127,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="ingest and tokens/s repetitions")
     parser.add_argument("--setup", action="store_true", help="also time scripts/setup in a fresh clone")
-    parser.add_argument("--out", type=Path, default=REPO / "evals" / "results" / "foundation.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "foundation.json")
     args = parser.parse_args()
+    source = checkout() if args.setup else None
+    if args.setup and source is None:
+        parser.error("--setup clones the checkout the code runs from, and this is an installed wheel; run it from a "
+                     "git checkout's editable install")
     from dspy_rag.documents import read_html
     from dspy_rag.models import LOCAL_MODELS
 
@@ -138,8 +143,8 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
-        if args.setup:
-            results["setup"] = bench_setup(work)
+        if source is not None:
+            results["setup"] = bench_setup(work, source)
             print(f"setup: {results['setup']['seconds']:.0f} s", file=sys.stderr)
         ingest = bench_ingest(tenk, args.runs, work)
         folder = ingest.pop("index_folder")

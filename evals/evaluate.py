@@ -242,7 +242,8 @@ def eval_command(
     without: Annotated[list[str] | None, typer.Option(help="deep: also run it with this guard or role off, as a column "
                                                       "of its own (repeat): " + ", ".join(ABLATIONS))] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="first N dev questions")] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", help="folder for results JSON, rows and report")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="folder for results JSON, rows and report "
+                                                          "(default: evals/results/eval-SET here)")] = None,
     judge: Annotated[str | None, typer.Option(help="a model that judges ragas' LLM metrics (faithfulness, answer "
                                               "correctness, context precision and recall)")] = None,
     config_file: Annotated[Path | None, typer.Option("--config", help="YAML configuration")] = None,

