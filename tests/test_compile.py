@@ -9,7 +9,6 @@ from typing import Any
 import dspy
 import pytest
 from dspy.utils import DummyLM
-from rich.console import Console
 
 from conftest import REPLIES, scratch_config
 from dspy_rag import artifacts
@@ -44,7 +43,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> list[DummyLM]:
 
 def run(trainset: Path, config: Config, optimizer: str, **options: Any) -> artifacts.Manifest:
     request = compiling.CompileRequest(str(trainset), optimizer, name="tiny-" + optimizer, **options)
-    return compiling.compile_program(request, config, Console(quiet=True), lambda _msg: None)
+    return compiling.compile_program(request, config)
 
 
 def test_bootstrap_keeps_demos_from_passing_runs_and_records_everything(trainset: Path, settings: Config,
