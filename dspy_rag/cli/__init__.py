@@ -16,8 +16,9 @@ from dspy_rag.cli.use import ask, ingest
 from dspy_rag.errors import UserError, exit_with_error
 
 INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C
+USE, LEARN, MEASURE, INSPECT = "Use", "Learn", "Measure", "Inspect"
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A deep-thinking research assistant over your documents and the web.")
 
 
@@ -33,17 +34,19 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_versio
     """A deep-thinking research assistant over your documents and the web."""
 
 
-app.command("ingest")(ingest)
-app.command("ask")(ask)
-app.command("compile")(compile_command)
-app.command("distill-policy")(distill_policy_command)
-app.command("train-reranker")(train_reranker_command)
-app.command("eval")(eval_command)
-app.add_typer(bench_app, name="bench")
-app.command("history")(history_command)
-app.command("trainsets")(trainsets_command)
-app.command("models")(list_models)
-app.command("config")(show_config)
+# In --help order: the panels appear as their first command does.
+app.command("ingest", rich_help_panel=USE)(ingest)
+app.command("ask", rich_help_panel=USE)(ask)
+app.command("compile", rich_help_panel=LEARN)(compile_command)
+app.command("distill-policy", rich_help_panel=LEARN)(distill_policy_command)
+app.command("train-reranker", rich_help_panel=LEARN)(train_reranker_command)
+app.command("eval", rich_help_panel=MEASURE)(eval_command)
+app.add_typer(bench_app, name="bench", rich_help_panel=MEASURE)
+app.command("history", rich_help_panel=INSPECT)(history_command)
+app.command("trainsets", rich_help_panel=INSPECT)(trainsets_command)
+app.command("models", rich_help_panel=INSPECT)(list_models)
+app.command("config", rich_help_panel=INSPECT)(show_config)
+
 
 def _quiet_libraries() -> None:
     # Third-party progress bars and warnings would bury our own one-line messages.
