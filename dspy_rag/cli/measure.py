@@ -7,7 +7,7 @@ import typer
 from rich.table import Table
 
 from dspy_rag.cli.console import STDERR, out
-from dspy_rag.cli.options import ConfigOption, config_of
+from dspy_rag.cli.options import ConfigOption, JsonOption, config_of, print_json
 from dspy_rag.evals.evaluate import ABLATIONS, run_eval, table
 
 
@@ -26,10 +26,14 @@ def eval_command(
     judge: Annotated[str | None, typer.Option(help="a model that judges ragas' LLM metrics (faithfulness, answer "
                                               "correctness, context precision and recall)")] = None,
     config: ConfigOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Evaluate pipelines, artifacts and models side by side on a trainset's dev questions."""
     report = run_eval(config_of(config), questions, pipeline, artifact, model, policy, without, limit, out_dir, judge,
                       STDERR)
+    if as_json:
+        print_json(report)
+        return
     headers, rows = table(report["columns"])
     shown = Table(title=report["title"])
     for header in headers:
