@@ -1,5 +1,5 @@
-"""The command line's surface: commands grouped in --help, shell completion, and `--json` that prints one JSON
-document on stdout and nothing else."""
+"""The command line's surface: commands grouped in --help, shell completion, flags whose help matches their
+parsing, and `--json` that prints one JSON document on stdout and nothing else."""
 
 import json
 import re
@@ -36,6 +36,35 @@ def test_show_completion_prints_a_shell_script(tmp_path: Path) -> None:
                            env=user_environment(), capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert "_DSPY_RAG_COMPLETE=complete_bash" in shown.stdout and "complete -o default -F" in shown.stdout
+
+
+def every_command_path() -> list[list[str]]:
+    """The words that name each command, e.g. ["bench", "retrieval"]; [] is the top level."""
+    paths: list[list[str]] = []
+
+    def walk(command: Any, path: list[str]) -> None:
+        paths.append(path)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(get_group(app), [])
+    return paths
+
+
+@pytest.mark.parametrize("path", every_command_path(), ids=lambda path: " ".join(path) or "dspy-rag")
+def test_no_flag_shows_a_value_in_help(path: list[str]) -> None:
+    shown = CliRunner().invoke(app, [*path, "--help"])
+    assert shown.exit_code == 0, shown.output
+    assert "--help" in shown.stdout and "<bool>" not in shown.stdout
+
+
+def test_a_flag_parses_as_its_help_shows_it(tmp_path: Path) -> None:
+    shown = run_cli("config", "--help", cwd=tmp_path)
+    [row] = [line for line in shown.stdout.splitlines() if "--json" in line]
+    assert row.split("--json")[1].split()[:2] == ["print", "one"]  # no value between the flag and its help
+    refused = run_cli("config", "--json=false", cwd=tmp_path)
+    assert refused.returncode == 2 and "does not take a value" in refused.stderr
+    assert run_cli("config", "--json", cwd=tmp_path).returncode == 0
 
 
 def test_config_json_is_the_printed_configuration(tmp_path: Path) -> None:

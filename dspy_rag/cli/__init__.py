@@ -6,6 +6,7 @@ import os
 from typing import Annotated
 
 import typer
+from typer.core import TyperOption
 
 from dspy_rag import __version__
 from dspy_rag.cli.bench import bench_app
@@ -46,6 +47,17 @@ app.command("history", rich_help_panel=INSPECT)(history_command)
 app.command("trainsets", rich_help_panel=INSPECT)(trainsets_command)
 app.command("models", rich_help_panel=INSPECT)(list_models)
 app.command("config", rich_help_panel=INSPECT)(show_config)
+
+_value_type = TyperOption.display_type_rich
+
+
+def _no_value_for_a_flag(option: TyperOption, ctx: typer.Context) -> str | None:
+    """typer's help shows a flag as `--json <bool>`, as if it took a value that parsing then refuses
+    (`--json=false`); a flag takes none, so its help shows none."""
+    return None if option.is_flag else _value_type(option, ctx)
+
+
+TyperOption.display_type_rich = _no_value_for_a_flag
 
 
 def _quiet_libraries() -> None:
