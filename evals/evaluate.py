@@ -19,13 +19,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import typer
-from rich.table import Table
-
-from dspy_rag.config import Config, GuardConfig, RoleConfig, load_config
-from dspy_rag.console import err, out, quiet
+from dspy_rag.config import Config, GuardConfig, RoleConfig
 from dspy_rag.errors import UserError
 from dspy_rag.evals.metrics import AnswerScores, weighted_score
 from dspy_rag.evals.ragas_bridge import HEADERS, Judge, RagasInputs, cell, inputs_of, ragas_scores, summarize
@@ -44,6 +40,7 @@ from dspy_rag.evals.rows import summarize as summarize_answers
 from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, bootstrap_ci, paired_delta_ci
 from dspy_rag.files import write_atomic, write_json_atomic
 from dspy_rag.ledger import LedgerEntry, append, ledger_path
+from dspy_rag.reporter import QUIET, Reporter
 from dspy_rag.tracking import mlflow_run
 from dspy_rag.trainsets.registry import load_trainset
 
@@ -141,20 +138,19 @@ def markdown(results: dict[str, dict[str, Any]], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_table(results: dict[str, dict[str, Any]], title: str) -> None:
-    table = Table(title=title)
+def table(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The results as the eval's table shows them: its headers and a row of cells per column."""
     ragas = ragas_names(results)
-    for name in ("column", "score", "95% CI", "Δ first", "Δ 95% CI", "F1", "ΔF1 first", "ΔF1 95% CI", "evidence",
-                 "citations", "calls", "steps",
-                 "s", *(HEADERS[n] for n in ragas)):
-        table.add_column(name)
-    for label, r in results.items():
-        table.add_row(label, f"{r['score']:.3f}", r["score_ci"], f"{r.get('delta', 0):+.3f}" if "delta" in r else "",
-                      r.get("delta_ci", ""), f"{r['f1']:.3f}", f"{r['f1_delta']:+.3f}" if "f1_delta" in r else "",
-                      r.get("f1_delta_ci", ""), str(r["evidence_recall"]), str(r["citation_validity"]),
-                      str(r["median_lm_calls"]), str(r["mean_steps"]), str(r["median_seconds"]),
-                      *(cell(r["ragas"].get(n)) for n in ragas))
-    out.print(table)
+    headers = ["column", "score", "95% CI", "Δ first", "Δ 95% CI", "F1", "ΔF1 first", "ΔF1 95% CI", "evidence",
+               "citations", "calls", "steps",
+               "s", *(HEADERS[n] for n in ragas)]
+    rows = [[label, f"{r['score']:.3f}", r["score_ci"], f"{r.get('delta', 0):+.3f}" if "delta" in r else "",
+             r.get("delta_ci", ""), f"{r['f1']:.3f}", f"{r['f1_delta']:+.3f}" if "f1_delta" in r else "",
+             r.get("f1_delta_ci", ""), str(r["evidence_recall"]), str(r["citation_validity"]),
+             str(r["median_lm_calls"]), str(r["mean_steps"]), str(r["median_seconds"]),
+             *(cell(r["ragas"].get(n)) for n in ragas)]
+            for label, r in results.items()]
+    return headers, rows
 
 
 def with_ragas(row: Row, inputs: RagasInputs, judge: Judge | None) -> Row:
@@ -192,8 +188,8 @@ def unchanged_by(column: Column, key: tuple[str, str, str], done: dict[tuple[str
     return replace(done[full], pipeline=column.label, same_as=full[1])
 
 
-def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache: Path,
-                build: Any, judge: Judge | None = None) -> tuple[dict[Column, list[Row]], set[Column]]:
+def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache: Path, build: Any,
+                judge: Judge | None = None, reporter: Reporter = QUIET) -> tuple[dict[Column, list[Row]], set[Column]]:
     """Each column's rows, and the columns that ran or judged anything this time (the rest came from the cache)."""
     done = cached_rows(cache)
     kept = cache.with_name("trajectories.jsonl")
@@ -226,29 +222,17 @@ def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache:
             row = done[key]
             failed = f" (failed: {row.failed})" if row.failed else ""
             same = f" (the same run as {row.same_as}: the guard never fired)" if row.same_as else ""
-            err.print(f"{column.label} {n}/{len(eval_set.questions)} f1 {row.f1:.2f} {row.seconds:.0f} s{failed}{same}")
+            reporter.line(f"{column.label} {n}/{len(eval_set.questions)} f1 {row.f1:.2f} {row.seconds:.0f} s{failed}{same}")
             rows.setdefault(column, []).append(row)
     return rows, fresh
 
 
-def eval_command(
-    questions: Annotated[str, typer.Option(help="a trainset name or YAML definition (its dev split is asked)")],
-    pipeline: Annotated[list[str] | None, typer.Option(help="plain (the plainest RAG, a yardstick), baseline and/or "
-                                                       "deep (repeat; default deep)")] = None,
-    artifact: Annotated[list[str] | None, typer.Option(help="deep: artifact name/folder or none (repeat)")] = None,
-    model: Annotated[list[str] | None, typer.Option(help="model (repeat; default the configured one)")] = None,
-    policy: Annotated[list[str] | None, typer.Option(help="deep: llm, plan or learned (the artifact's distilled "
-                                                     "classifier) (repeat; default llm)")] = None,
-    without: Annotated[list[str] | None, typer.Option(help="deep: also run it with this guard or role off, as a column "
-                                                      "of its own (repeat): " + ", ".join(ABLATIONS))] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="first N dev questions")] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", help="folder for results JSON, rows and report "
-                                                          "(default: evals/results/eval-SET here)")] = None,
-    judge: Annotated[str | None, typer.Option(help="a model that judges ragas' LLM metrics (faithfulness, answer "
-                                              "correctness, context precision and recall)")] = None,
-    config_file: Annotated[Path | None, typer.Option("--config", help="YAML configuration")] = None,
-) -> None:
-    """Evaluate pipelines, artifacts and models side by side on a trainset's dev questions."""
+def run_eval(config: Config, questions: str, pipeline: list[str] | None = None, artifact: list[str] | None = None,
+             model: list[str] | None = None, policy: list[str] | None = None, without: list[str] | None = None,
+             limit: int | None = None, out_dir: Path | None = None, judge: str | None = None,
+             reporter: Reporter = QUIET) -> dict[str, Any]:
+    """Evaluate pipelines, artifacts and models side by side on a trainset's dev questions (None: deep, the
+    uncompiled program, the configured model, the LM policy); returns the report it writes to results.json."""
     from typing import get_args
 
     import dspy
@@ -258,7 +242,6 @@ def eval_command(
     from dspy_rag.pipelines.policy import PolicyMode
     from dspy_rag.pipelines.programs import program_for
 
-    config = load_config(config_file)
     pipelines = pipeline or ["deep"]
     if unknown := set(pipelines) - set(PIPELINES):
         raise UserError(f"unknown pipeline {sorted(unknown)}; choose {', '.join(PIPELINES)}")
@@ -289,23 +272,23 @@ def eval_command(
                                                                              else {})})
         dspy.configure(lm=lm_for(column.model), adapter=dspy.JSONAdapter())
         return program_for(column.pipeline, settings, eval_set.index, eval_set.web, column.policy,
-                           quiet, column.artifact)
+                           artifact=column.artifact)
 
     grader = Judge(judge, lm_for(judge), eval_set.index.embedder) if judge else None
-    rows, fresh = run_columns(eval_set, columns, config, folder / "rows.jsonl", build, grader)
+    rows, fresh = run_columns(eval_set, columns, config, folder / "rows.jsonl", build, grader, reporter)
     if grader:
-        err.print(f"judge {judge}, this run: {grader.report()}")
+        reporter.line(f"judge {judge}, this run: {grader.report()}")
     weights = dict(DEFAULT_WEIGHTS)
     first = rows[columns[0]]
     results = {c.label: summary(rows[c], weights, None if c == columns[0] else first) for c in columns}
     title = f"{trainset.name} dev, {len(eval_set.questions)} questions, metric {describe(weights)}"
-    print_table(results, title)
-    write_json_atomic(folder / "results.json", {"trainset": trainset.name, "title": title, "columns": results,
-                                                "rows": {c.label: [asdict(r) for r in rows[c]] for c in columns}})
+    report = {"trainset": trainset.name, "title": title, "columns": results,
+              "rows": {c.label: [asdict(r) for r in rows[c]] for c in columns}}
+    write_json_atomic(folder / "results.json", report)
     write_atomic(folder / "report.md", markdown(results, title).encode("utf-8"))
     measured = [c for c in columns if c in fresh]
     if measured:
-        with mlflow_run(config, f"eval {trainset.name}", lambda text: err.print(text)) as tracked:
+        with mlflow_run(config, f"eval {trainset.name}", reporter.line) as tracked:
             tracked.params({"trainset": trainset.name, "trainset_hash": trainset.content_hash,
                             "questions": len(eval_set.questions), "metric": describe(weights), "judge": judge})
             tracked.metrics({f"{mlflow_key(c.label)}.{name}": results[c.label].get(name) for c in measured
@@ -319,3 +302,4 @@ def eval_command(
             metric=describe(weights), score=results[column.label]["score"], score_before=None,
             questions=len(eval_set.questions), lm_calls=sum(r.lm_calls for r in rows[column]),
             tokens=sum(r.tokens for r in rows[column]), seconds=round(sum(r.seconds for r in rows[column]), 1)))
+    return report

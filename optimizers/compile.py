@@ -8,15 +8,12 @@ at the very end: an interrupted compile leaves nothing) and one line is appended
 import hashlib
 import json
 import time
-from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import dspy
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from dspy_rag import artifacts, pipelines, signatures
 from dspy_rag.config import Config
@@ -28,6 +25,7 @@ from dspy_rag.ledger import LedgerEntry, append
 from dspy_rag.models import build_lm, usage_since
 from dspy_rag.optimizers.teleprompters import OPTIMIZERS, Optimizer, settings_for
 from dspy_rag.pipelines.programs import build_program
+from dspy_rag.reporter import QUIET, Bars, Reporter
 from dspy_rag.tracking import mlflow_run
 from dspy_rag.trainsets.registry import Trainset, load_trainset
 
@@ -91,28 +89,21 @@ def estimate(optimizer: Optimizer, settings: dict[str, Any], data: Splits, model
 class Tracker:
     """Progress per phase, and the trajectories of the runs the optimizer learned from."""
 
-    def __init__(self, progress: Progress, say: Callable[[str], None]) -> None:
-        self.progress = progress
-        self.say = say  # a log file shows no bar: it gets a line per run instead
-        self.task: TaskID | None = None
+    def __init__(self, bars: Bars) -> None:
+        self.bars = bars
         self.phase = self.label = ""
         self.done = 0
         self.learned_from: list[dict[str, Any]] = []
 
     def start(self, phase: str, label: str, total: int | None) -> None:
-        if self.task is not None:
-            self.progress.update(self.task, visible=False)
         self.phase, self.label, self.done = phase, label, 0
-        self.task = self.progress.add_task(label, total=total)
+        self.bars.start(label, total)
 
     def __call__(self, example: dspy.Example, prediction: dspy.Prediction | None, score: float) -> None:
         """One scored run; no prediction when the score came from the cache."""
         self.done += 1
-        if self.task is not None:
-            self.progress.advance(self.task)
-        if not self.progress.console.is_terminal:
-            how = "scored" if prediction is not None else "scored before (cached)"
-            self.say(f"{self.label}: run {self.done} ({example.id}) {how} {score:.3f}")
+        how = "scored" if prediction is not None else "scored before (cached)"
+        self.bars.advance(f"{self.label}: run {self.done} ({example.id}) {how} {score:.3f}")
         trajectory = getattr(prediction, "trajectory", None)
         if self.phase == "optimize" and trajectory is not None:
             self.learned_from.append({"example": example.id, "score": round(score, 4),
@@ -144,7 +135,8 @@ class ScoreCache:
             handle.write(json.dumps({"key": key, "score": score}) + "\n")
 
 
-NOT_IN_A_RUN = frozenset({"cli.py", "api.py"})  # the command line and the API call programs; they move no score
+# The API calls programs and the reporter shows their progress; they move no score (nor does dspy_rag/cli/).
+NOT_IN_A_RUN = frozenset({"api.py", "reporter.py"})
 
 
 def code_digest() -> str:
@@ -212,8 +204,7 @@ def record(folder: Path, outcome: Outcome, manifest: artifacts.Manifest, config:
         optimizer=manifest.optimizer, lm_calls=manifest.lm_calls, tokens=manifest.tokens, seconds=manifest.seconds))
 
 
-def compile_program(request: CompileRequest, config: Config, console: Console,
-                    say: Callable[[str], None]) -> artifacts.Manifest:
+def compile_program(request: CompileRequest, config: Config, reporter: Reporter = QUIET) -> artifacts.Manifest:
     if request.optimizer not in OPTIMIZERS:
         raise UserError(f"unknown optimizer '{request.optimizer}'; choose {', '.join(OPTIMIZERS)}")
     optimizer = OPTIMIZERS[request.optimizer]
@@ -227,19 +218,18 @@ def compile_program(request: CompileRequest, config: Config, console: Console,
         raise UserError(f"artifact {folder} exists; choose another --name or pass --replace")
     started = time.perf_counter()
     index, web = trainset.index(config), trainset.web(config)
-    say(f"loading {model}" + (f" and the teacher {request.teacher}" if request.teacher else ""))
+    reporter.say(f"loading {model}" + (f" and the teacher {request.teacher}" if request.teacher else ""))
     lm = build_lm(config.lm)
     teacher = build_lm(config.lm.model_copy(update={"model": request.teacher})) if request.teacher else None
     dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
     program = build_program("deep", config, index, web)
     if request.parent:
         parent = artifacts.load(artifacts.locate(request.parent, config.artifacts.path), program)
-        say(f"starting from {parent.name} (compiled for {parent.model} by {parent.optimizer})")
+        reporter.say(f"starting from {parent.name} (compiled for {parent.model} by {parent.optimizer})")
     starts = {id(m): len(m.history) for m in (lm, teacher) if m is not None}
-    with mlflow_run(config, name, say) as tracked:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=False) as progress:
-            tracker = Tracker(progress, say)
+    with mlflow_run(config, name, reporter.say) as tracked:
+        with reporter.bars() as bars:
+            tracker = Tracker(bars)
             metric = ResearchMetric(request.weights, request.threshold, on_score=tracker)
             tracked.params({"optimizer": optimizer.name, **settings, "model": model, "teacher": request.teacher,
                             "parent": request.parent, "trainset": trainset.name, "trainset_hash": trainset.content_hash,
@@ -263,6 +253,6 @@ def compile_program(request: CompileRequest, config: Config, console: Console,
         record(folder, outcome, manifest, config, request.replace)
         tracked.metrics({"dev_before": manifest.dev_before, "dev_after": manifest.dev_after,
                          "lm_calls": manifest.lm_calls, "tokens": manifest.tokens, "seconds": manifest.seconds})
-        say(f"dev ({len(data.dev)} questions) {manifest.dev_before:.3f} → {manifest.dev_after:.3f}, gain "
+        reporter.say(f"dev ({len(data.dev)} questions) {manifest.dev_before:.3f} → {manifest.dev_after:.3f}, gain "
             f"{gain_text(before, after)}; {manifest.lm_calls} LM calls, {manifest.seconds:.0f} s; saved {folder}")
     return manifest

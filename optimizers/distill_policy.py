@@ -15,20 +15,16 @@ from __future__ import annotations
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dspy_rag.config import Config, load_config
-from dspy_rag.console import err, progress
+from dspy_rag.config import Config
 from dspy_rag.errors import UserError
+from dspy_rag.reporter import QUIET, Reporter
 
 if TYPE_CHECKING:  # dspy and scikit-learn cost a second to import, and every CLI command loads this module
     from sklearn.pipeline import Pipeline
@@ -182,8 +178,7 @@ def report(policy: LearnedPolicy) -> str:
             f"{policies}")
 
 
-def distill_policy(request: DistillRequest, config: Config, console: Console,
-                   say: Callable[[str], None]) -> LearnedPolicy:
+def distill_policy(request: DistillRequest, config: Config, reporter: Reporter = QUIET) -> LearnedPolicy:
     """Trace, label, fit and save; returns the policy written into the artifact."""
     import dspy
 
@@ -207,41 +202,23 @@ def distill_policy(request: DistillRequest, config: Config, console: Console,
     program = build_program("deep", config, trainset.index(config), trainset.web(config), "plan")
     manifest = artifacts.load(folder, program)
     metric = ResearchMetric(manifest.weights)  # the artifact's own: the policy serves what its prompts were tuned for
-    say(f"loading {config.lm.model}; {len(examples)} train questions of {trainset.name}, prompts of {manifest.name}, "
+    reporter.say(f"loading {config.lm.model}; {len(examples)} train questions of {trainset.name}, prompts of {manifest.name}, "
         f"metric {metric.name}")
     lm = build_lm(config.lm)
     dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
     start, traces = len(lm.history), []
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
-        task = progress.add_task("train questions, researched to the end of their plans", total=len(examples))
+    with reporter.bars() as bars:
+        bars.start("train questions, researched to the end of their plans", len(examples))
         for example in examples:
             traces.append(trace_question(program, example, metric, embed_texts))
-            progress.advance(task)
-            if not console.is_terminal:  # a log file shows no bar: a line per question instead
-                say(f"{example.id}: {len(traces[-1].decisions)} decision point(s), scores "
-                    + ", ".join(f"{s:.2f}" for s in traces[-1].scores))
+            bars.advance(f"{example.id}: {len(traces[-1].decisions)} decision point(s), scores "
+                         + ", ".join(f"{s:.2f}" for s in traces[-1].scores))
     usage = usage_since(lm, start)
     policy = fit_policy(traces, request.step_cost, {
         "trainset": trainset.name, "trainset_hash": trainset.content_hash, "artifact": manifest.name,
         "model": config.lm.model, "metric": metric.name, "lm_calls": usage["lm_calls"],
         "tokens": usage["prompt_tokens"] + usage["completion_tokens"],
         "seconds": round(time.perf_counter() - started, 1), "created": datetime.now(UTC).isoformat(timespec="seconds")})
-    say(f"{report(policy)}; saved {policy.save(folder)}")
+    reporter.say(f"{report(policy)}; saved {policy.save(folder)}")
     return policy
 
-
-def distill_policy_command(
-    trainset: Annotated[str, typer.Option(help="trainset name or YAML definition: its train questions are traced")],
-    artifact: Annotated[str | None, typer.Option(
-        help="the artifact whose prompts run and that receives policy.json (default: artifacts.default)")] = None,
-    model: Annotated[str | None, typer.Option(help="local/qwen2.5-coder-0.5b, or a LiteLLM model")] = None,
-    step_cost: Annotated[float, typer.Option(min=0.0, max=1.0, help="the score a research step must add to be "
-                                             "worth it")] = DEFAULT_STEP_COST,
-    train_limit: Annotated[int | None, typer.Option(min=1, help="first N train questions")] = None,
-    config_file: Annotated[Path | None, typer.Option("--config", help="YAML configuration")] = None,
-) -> None:
-    """Learn when to stop researching: label every decision point of traced train runs, fit a logistic
-    regression and save it into the artifact (`ask --policy learned`)."""
-    config = load_config(config_file, overrides={"lm.model": model})
-    distill_policy(DistillRequest(trainset, artifact, step_cost, train_limit), config, err, progress)

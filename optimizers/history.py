@@ -6,24 +6,14 @@ where both scores were measured alike: on the same model, trainset, split, metri
 """
 
 import io
-import json
-import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
-from rich import box
-from rich.console import Console
-from rich.measure import Measurement
-from rich.table import Table
-
-from dspy_rag.config import load_config
-from dspy_rag.console import out
 from dspy_rag.errors import UserError
 from dspy_rag.files import write_atomic
-from dspy_rag.ledger import LedgerEntry, ledger_path, read
+from dspy_rag.ledger import LedgerEntry
 
 UNCOMPILED = "uncompiled"
 
@@ -110,22 +100,16 @@ def score_text(value: float | None, signed: bool = False) -> str:
     return f"{value:+.3f}" if signed else f"{value:.3f}"
 
 
-def print_lineage(name: str, rows: list[Row]) -> None:
-    table = Table(title=f"lineage {name}", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-    for column in ("#", "kind", "artifact", "model", "trainset", "optimizer"):
-        table.add_column(column, no_wrap=True)
-    for column in ("questions", "before", "score", "Δ parent", "Δ uncompiled"):
-        table.add_column(column, justify="right", no_wrap=True)
-    for row in rows:
-        entry = row.entry
-        table.add_row(str(row.generation), entry.kind, entry.artifact or UNCOMPILED, entry.model, entry.trainset,
-                      entry.optimizer or "-", str(entry.questions), score_text(entry.score_before),
-                      score_text(entry.score), score_text(row.delta_parent, signed=True),
-                      score_text(row.delta_uncompiled, signed=True))
-    # At its natural width even when piped or the terminal is narrower: a score cut to "0…" is worse than a
-    # wrapped line, and Console.print never goes past the console's width.
-    natural = Measurement.get(out, out.options.update_width(sys.maxsize), table).maximum
-    Console(width=max(out.width, natural)).print(table)
+TEXT_COLUMNS = ("#", "kind", "artifact", "model", "trainset", "optimizer")
+FIGURE_COLUMNS = ("questions", "before", "score", "Δ parent", "Δ uncompiled")
+
+
+def cells(row: Row) -> list[str]:
+    """A row as the lineage table shows it, under TEXT_COLUMNS then FIGURE_COLUMNS."""
+    entry = row.entry
+    return [str(row.generation), entry.kind, entry.artifact or UNCOMPILED, entry.model, entry.trainset,
+            entry.optimizer or "-", str(entry.questions), score_text(entry.score_before), score_text(entry.score),
+            score_text(row.delta_parent, signed=True), score_text(row.delta_uncompiled, signed=True)]
 
 
 def plot(grouped: dict[str, list[Row]], path: Path) -> None:
@@ -162,23 +146,3 @@ def compile_points(rows: list[Row]) -> list[tuple[int, float]]:
     start = [(0, compiles[0].uncompiled_score)] if compiles and compiles[0].uncompiled_score is not None else []
     return start + [(row.generation, row.entry.score) for row in compiles]
 
-
-def history_command(
-    config: Annotated[Path | None, typer.Option("--config", help="YAML configuration (default: ./dspy-rag.yaml)")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print one machine-readable JSON object")] = False,
-    plot_file: Annotated[Path | None, typer.Option("--plot", metavar="FILE.png",
-                                                   help="also draw the score across recompiles")] = None,
-) -> None:
-    """Every compile and evaluation in the ledger, per artifact lineage, with its gain over parent and uncompiled."""
-    path = ledger_path(load_config(config))
-    grouped = lineages(read(path))
-    if plot_file:
-        plot(grouped, plot_file)
-    if as_json:
-        print(json.dumps({"ledger": str(path), "lineages": [
-            {"lineage": name, "rows": [row.as_json() for row in rows]} for name, rows in grouped.items()]}, indent=1))
-        return
-    if not grouped:
-        out.print(f"the ledger {path} is empty: `dspy-rag compile ...` adds an entry per compile")
-    for name, rows in grouped.items():
-        print_lineage(name, rows)

@@ -8,13 +8,13 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import DATA
+from dspy_rag.cli.bench import bench_app
 from dspy_rag.errors import UserError
 from dspy_rag.evals.bench_retrieval import (
     BRIDGE_ONLY,
     NO_BRIDGE,
     RERANKED,
     all_gold_at,
-    bench_app,
     recall_at,
     run,
     scaling,

@@ -9,7 +9,6 @@ from typing import Any
 import dspy
 import pytest
 from dspy.utils import DummyLM
-from rich.console import Console
 
 from conftest import REPLIES, scratch_config
 from dspy_rag import artifacts
@@ -44,7 +43,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> list[DummyLM]:
 
 def run(trainset: Path, config: Config, optimizer: str, **options: Any) -> artifacts.Manifest:
     request = compiling.CompileRequest(str(trainset), optimizer, name="tiny-" + optimizer, **options)
-    return compiling.compile_program(request, config, Console(quiet=True), lambda _msg: None)
+    return compiling.compile_program(request, config)
 
 
 def test_bootstrap_keeps_demos_from_passing_runs_and_records_everything(trainset: Path, settings: Config,
@@ -234,6 +233,23 @@ def test_ask_runs_an_artifact_under_another_model_and_says_so(trainset: Path, se
     assert "Answer: $15.01 billion" in shown.stdout
     uncompiled = CliRunner().invoke(app, ["ask", "--json", "--index", str(index), "--artifact", "none", "Revenue?"])
     assert json.loads(uncompiled.stdout)["artifact"] is None
+
+
+def test_compile_json_prints_the_saved_manifest_alone_on_stdout(trainset: Path, settings: Config,
+                                                                 scripted: list[DummyLM], tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from dspy_rag.cli import app
+
+    (tmp_path / "dspy-rag.yaml").write_text(f"artifacts: {{path: {settings.artifacts.path}}}\n"
+                                            "retrieval: {reranker: none}\n")
+    result = CliRunner().invoke(app, ["compile", "--trainset", str(trainset), "--optimizer", "labeled",
+                                      "--name", "tiny-json", "--config", str(tmp_path / "dspy-rag.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    folder = settings.artifacts.path / "tiny-json"
+    saved = json.loads((folder / artifacts.MANIFEST_FILE).read_text())
+    assert json.loads(result.stdout) == {"folder": str(folder), **saved}  # the whole of stdout is one document
+    assert "dev (2 questions)" in result.stderr  # progress goes to stderr
 
 
 def test_the_gain_is_called_a_gain_only_outside_noise() -> None:

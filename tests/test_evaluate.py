@@ -63,6 +63,15 @@ def test_baseline_beside_deep_with_deltas_report_and_ledger(trainset: Path, tmp_
     assert len(read(tmp_path / "artifacts" / "ledger.jsonl")) == 2
 
 
+def test_eval_json_prints_the_results_document_alone_on_stdout(trainset: Path, tmp_path: Path,
+                                                                scripted: list[DummyLM]) -> None:
+    result = eval_cli(trainset, tmp_path / "out", "--pipeline", "baseline", "--json")
+    assert result.exit_code == 0, result.output
+    # the whole of stdout is one document, the one written to results.json; the rows' progress goes to stderr
+    assert json.loads(result.stdout) == json.loads((tmp_path / "out" / "results.json").read_text())
+    assert "baseline@qwen2.5-coder-0.5b 2/2 f1" in result.stderr
+
+
 def test_an_interrupted_eval_resumes_where_it_stopped(trainset: Path, tmp_path: Path, scripted: list[DummyLM],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     real = evaluate.run_question

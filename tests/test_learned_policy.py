@@ -3,6 +3,7 @@ the JSON classifier's round trip and refusals, `ask --policy learned` without a 
 `distill-policy` end to end with a scripted LM over a tiny real index."""
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -299,12 +300,14 @@ def test_ask_with_the_learned_policy_needs_a_distilled_one(policy_workspace: Pat
 
 
 def test_distill_policy_labels_fits_and_saves_into_the_artifact(policy_workspace: Path) -> None:
-    result = invoke("distill-policy", "--trainset", str(policy_workspace / "tiny.yaml"), "--artifact", "tiny-art")
+    result = invoke("distill-policy", "--trainset", str(policy_workspace / "tiny.yaml"), "--artifact", "tiny-art",
+                    "--json")
     assert result.returncode == 0, result.stderr
     assert "q2: 1 decision point(s), scores" in result.stderr  # a log gets a line per question
     assert "4 decision points from 4 of 4 questions (FINISH 2, CONTINUE 2)" in result.stderr
     assert f"saved {policy_workspace / 'artifacts' / 'tiny-art' / POLICY_FILE}" in result.stderr
     policy = LearnedPolicy.load(policy_workspace / "artifacts" / "tiny-art")
+    assert json.loads(result.stdout) == asdict(policy)  # --json: the saved policy, alone on stdout
     summary = policy.summary
     assert (summary["questions"], summary["decision_points"], summary["folds"]) == (4, 4, 2)
     assert summary["labels"] == {"FINISH": 2, "CONTINUE": 2}  # q1 and q3 are answered after the first step

@@ -150,6 +150,12 @@ def test_history_prints_a_table_per_lineage(config: Path, two_lineages: None) ->
     assert "+0.150" in output and "+0.050" in output
 
 
+def test_history_prints_an_artifact_name_as_written(config: Path, tmp_path: Path) -> None:
+    append(tmp_path / "artifacts" / LEDGER_FILE, entry(artifact="[v1] draft"))  # read as markup it would vanish
+    output = history(config).stdout
+    assert "lineage [v1] draft" in output and " [v1] draft " in output
+
+
 def test_history_of_an_empty_ledger_is_a_hint(config: Path) -> None:
     lines = history(config).stdout.strip().splitlines()
     assert len(lines) == 1 and "dspy-rag compile" in lines[0]

@@ -17,6 +17,7 @@ from test_evaluate import eval_cli
 
 from conftest import REPLIES, free_port, running_server
 from dspy_rag import models
+from dspy_rag.cli import measure
 from dspy_rag.config import LMConfig
 from dspy_rag.evals import evaluate
 from dspy_rag.evals.ragas_bridge import (
@@ -221,7 +222,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
         return DummyLM(REPLIES, adapter=dspy.JSONAdapter())
 
     monkeypatch.setattr(models, "build_lm", build_lm)
-    monkeypatch.setattr(evaluate, "out", Console(width=400, soft_wrap=True))  # the whole table on one line
+    monkeypatch.setattr(measure, "out", Console(width=400, soft_wrap=True))  # the whole table on one line
     (tmp_path / "dspy-rag.yaml").write_text(f"artifacts: {{path: {tmp_path / 'artifacts'}}}\n"
                                             f"index: {{path: {tmp_path / 'index'}}}\nretrieval: {{reranker: none}}\n")
     return built

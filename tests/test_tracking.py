@@ -9,12 +9,12 @@ from typing import Any
 import dspy
 import pytest
 from dspy.utils import DummyLM
-from rich.console import Console
 
 from conftest import REPLIES, scratch_config
 from dspy_rag.config import Config
 from dspy_rag.ledger import read
 from dspy_rag.optimizers import compile as compiling
+from dspy_rag.reporter import Quiet
 
 mlflow = pytest.importorskip("mlflow")
 SECRET = "sk-test-0123456789abcdef"
@@ -32,12 +32,22 @@ def scripted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(compiling, "build_lm", build_lm)
 
 
+class Said(Quiet):
+    """A reporter that keeps the progress lines it is told."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def say(self, message: str, kind: str | None = None) -> None:
+        self.lines.append(message)
+
+
 def compile_with(tmp_path: Path, trainset: Path, tracking_uri: str | None) -> tuple[Any, list[str]]:
     config: Config = scratch_config(tmp_path, **{"artifacts.path": tmp_path / "artifacts", "retrieval.reranker": "none",
                                                  "mlflow.tracking_uri": tracking_uri, "lm.api_key": SECRET})
-    said: list[str] = []
+    said = Said()
     request = compiling.CompileRequest(str(trainset), "bootstrap", name="tracked")
-    return compiling.compile_program(request, config, Console(quiet=True), said.append), said
+    return compiling.compile_program(request, config, said), said.lines
 
 
 def test_a_compile_logs_its_settings_and_scores_to_mlflow_without_secrets(trainset: Path, tmp_path: Path,

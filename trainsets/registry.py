@@ -15,20 +15,15 @@ split, declared in YAML beside this module (or anywhere else, by path):
 """
 
 import hashlib
-import json
 from contextlib import suppress
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-import typer
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from rich import box
-from rich.table import Table
 
 from dspy_rag.config import Config
-from dspy_rag.console import out, styled
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
 from dspy_rag.trainsets.corpus_index import build_index, default_work_dir, is_held_out, sha256_of
@@ -223,24 +218,3 @@ def load_trainset(name_or_path: str) -> Trainset:
         raise UserError(f"invalid trainset definition {path} at '{where}': {first['msg']}") from exc
     return Trainset(definition, path.resolve())
 
-
-def trainsets_command(
-    as_json: Annotated[bool, typer.Option("--json", help="print one machine-readable JSON list")] = False,
-) -> None:
-    """List the trainsets: question format, train/dev/all sizes, corpus, web snapshot and description."""
-    rows = [load_trainset(name).summary() for name in available()]
-    if as_json:
-        print(json.dumps(rows, indent=1))
-        return
-    # Descriptions go below the table: as a column they would squeeze it past 80 characters (piped output).
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
-    for column in ("name", "format", "train", "dev", "all", "corpus", "web"):
-        table.add_column(column, justify="right" if column in ("train", "dev", "all") else "left", no_wrap=True)
-    for row in rows:
-        corpus = (f"{row['passages']:,} passages" if row["passages"] is not None
-                  else f"{row['documents']} document{'s' if row['documents'] > 1 else ''}")
-        table.add_row(row["name"], row["format"], *(str(row[s]) for s in ("train", "dev", "all")), corpus,
-                      row["web"] or "-")
-    out.print(table)
-    for row in rows:
-        out.print(styled((row["name"], "bold"), f": {row['description']}"))

@@ -1,0 +1,152 @@
+"""The commands that use the assistant: read documents into the index, ask it a question."""
+
+import time
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from dspy_rag.api import clean_question, reranker_label
+from dspy_rag.cli.console import bar_display, err, out, progress, styled
+from dspy_rag.cli.lm_failures import lm_failures
+from dspy_rag.cli.options import (
+    ArtifactOption,
+    ConfigOption,
+    IndexOption,
+    JsonOption,
+    ModelOption,
+    Policy,
+    config_of,
+    print_json,
+)
+from dspy_rag.errors import UserError
+from dspy_rag.reporter import QUIET
+
+
+def ingest(
+    inputs: Annotated[list[str] | None, typer.Argument(help="files, folders or http(s) URLs")] = None,
+    repair: Annotated[bool, typer.Option("--repair", help="first embed again the chunks whose vectors the index "
+                                         "lost (a deleted or damaged vector store)")] = False,
+    config: ConfigOption = None,
+    index: IndexOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Read documents into the index: section-aware chunks into Chroma and BM25."""
+    from dspy_rag.index import Index
+
+    if not inputs and not repair:
+        raise UserError("name the files, folders or URLs to ingest (or pass --repair to mend the index)")
+    store = Index(config_of(config, **{"index.path": index}))
+    with bar_display(transient=True, disable=as_json) as bar:
+        task = bar.add_task("starting", total=None)
+        report = store.ingest(inputs or [], lambda stage, done, total: bar.update(
+            task, description=stage, completed=done, total=total or None), repair=repair)
+    summary = {
+        "index": str(store.root), "added": report.added, "replaced": report.replaced, "unchanged": report.unchanged,
+        "skipped": report.skipped, "failed": report.failed, "chunks_written": report.chunks_written,
+        "repaired": report.repaired,
+        "chunks_total": len(store.catalog["chunks"]), "seconds": round(report.seconds, 2),
+        "sections": {s: meta["sections"] for s, meta in store.sources.items()
+                     if s in report.added + report.replaced},
+    }
+    if as_json:
+        print_json(summary)
+    else:
+        if report.repaired:
+            out.print(f"repaired {report.repaired} chunks whose vectors were lost")
+        for source in report.added + report.replaced:
+            sections = store.sources[source]["sections"]
+            verb = "added" if source in report.added else "replaced"
+            out.print(f"{verb} {source}: {store.sources[source]['chunks']} chunks in {len(sections)} sections")
+            for section in sections:
+                out.print(f"  {section}")
+        for source in report.unchanged:
+            out.print(f"unchanged {source}")
+        if report.skipped:
+            out.print(f"skipped {len(report.skipped)} files of unsupported types")
+        for item, reason in report.failed.items():
+            err.print(f"failed {item}: {reason}")
+        out.print(f"index {store.root}: {summary['chunks_total']} chunks, {report.seconds:.1f} s")
+    if report.failed:
+        raise typer.Exit(1)
+
+
+def ask(
+    question: Annotated[str, typer.Argument(help="the question to research")],
+    pipeline: Annotated[Literal["deep", "baseline"], typer.Option(help="which program answers")] = "deep",
+    policy: Annotated[Policy, typer.Option(help="deep: who decides to go on or stop (learned: the artifact's "
+                                           "distilled classifier, no LM call)")] = "llm",
+    config: ConfigOption = None,
+    index: IndexOption = None,
+    model: ModelOption = None,
+    web: Annotated[str | None, typer.Option("--web", help="tavily, off, or PATH of a snapshot (.jsonl or folder)")] = None,
+    trace: Annotated[Path | None, typer.Option("--trace", help="deep: save the trajectory as JSON here")] = None,
+    artifact: ArtifactOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Research a question over the index (and the web, when on) and print a cited answer."""
+    import dspy
+
+    from dspy_rag.citations import source_name
+    from dspy_rag.files import write_json_atomic
+    from dspy_rag.index import Index
+    from dspy_rag.models import build_lm, usage_since
+    from dspy_rag.pipelines.programs import program_for
+    from dspy_rag.web import web_search
+
+    started = time.perf_counter()
+    text = clean_question(question)
+    if trace is not None and pipeline == "baseline":
+        raise UserError("--trace saves the deep program's trajectory; the baseline has none (drop one of the two)")
+    settings = config_of(config, **{"index.path": index, "lm.model": model})
+    store = Index(settings).require()
+    say = QUIET.say if as_json else progress
+    searcher = web_search(settings, web)
+    say(f"loading {settings.lm.model}")
+    lm = build_lm(settings.lm)
+    dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
+    program = program_for(pipeline, settings, store, searcher, policy, say, artifact)
+    also = f" and web search ({searcher.name})" if searcher else ""
+    reranker = reranker_label(program.reranker)
+    say(f"{pipeline} research over {len(store.catalog['chunks'])} chunks{also}, reranked by {reranker}")
+    history_start = len(lm.history)
+    with lm_failures(settings):
+        result = program(question=text)
+    seconds = time.perf_counter() - started
+    usage = usage_since(lm, history_start)
+    trajectory = result.trajectory.to_json() if pipeline == "deep" else None
+    if trace is not None and trajectory is not None:
+        try:
+            write_json_atomic(trace, trajectory)
+        except OSError as exc:
+            raise UserError(f"cannot write the trajectory to {trace}: {exc.strerror}; pick a writable path") from exc
+    web_error = result.web_error if pipeline == "baseline" else next(
+        (e for e in (trajectory["web_error"], *(s["web_error"] for s in trajectory["steps"])) if e), None)
+    if web_error and pipeline == "baseline":
+        say(f"web search failed: {web_error}; answered from the documents")
+    if as_json:
+        print_json({
+            "question": text, "pipeline": pipeline, "model": settings.lm.model, "answer": result.answer,
+            "short_answer": result.short_answer, "artifact": program.artifact if pipeline == "deep" else None,
+            "citations": [vars(c) for c in result.citations], "flagged": getattr(result, "flagged", []),
+            "retrieved": [{"id": p.id, "source": p.source, "section": p.section, "score": p.score}
+                          for p in result.passages],
+            "web": {"provider": searcher.name if searcher else "off", "error": web_error},
+            "reranker": reranker, **usage, "tokens": usage["prompt_tokens"] + usage["completion_tokens"],
+            "seconds": round(seconds, 2), "trajectory": trajectory,
+        })
+        return
+    out.print()
+    if result.short_answer:
+        out.print(styled(("Answer:", "bold"), f" {result.short_answer}\n"))
+    out.print(result.answer)
+    for flag in getattr(result, "flagged", []):
+        out.print(styled(("unsupported:", "yellow"), f" {flag['sentence']} ({flag['reason']})"))
+    if result.citations:
+        out.print(styled("\n", ("Sources", "bold")))
+        for citation in result.citations:
+            out.print(f"  [{citation.label}] {source_name(citation.source)} · {citation.chunk_id}")
+    stopped = f" · stopped early: {trajectory['stopped_early']}" if trajectory and trajectory["stopped_early"] else ""
+    out.print(styled(("\n" + f"{pipeline} · {settings.lm.model} · {usage['lm_calls']} LM call(s) · "
+                      f"{usage['prompt_tokens'] + usage['completion_tokens']} tokens · {seconds:.1f} s{stopped}",
+                      "dim")))
