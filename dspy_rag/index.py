@@ -2,7 +2,8 @@
 
 The catalog is the commit point. Ingest writes new chunks to Chroma first, then replaces the catalog
 atomically, then deletes the chunks it superseded. Readers only trust chunk ids the catalog lists, so an
-interrupted ingest leaves the previous index fully usable, and the next ingest sweeps its leftovers.
+interrupted ingest leaves the previous index fully usable, and the next ingest sweeps its leftovers. A reader
+never writes to the index folder: an embedded store is read from a private copy (dspy_rag.store_snapshot).
 """
 
 import fcntl
@@ -10,6 +11,7 @@ import hashlib
 import json
 import os
 import secrets
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +29,7 @@ from dspy_rag.config import Config
 from dspy_rag.documents import SUPPORTED_SUFFIXES, Document, download, kind_of, parse, read_bytes
 from dspy_rag.errors import UserError
 from dspy_rag.files import write_json_atomic
+from dspy_rag.store_snapshot import StoreSnapshot
 from dspy_rag.tokenizer import tokenize
 
 CATALOG_FORMAT = 1
@@ -121,6 +124,8 @@ class Index:
         self._collection: Any = None
         self._bm25: Any = None
         self._embedder: Any = None
+        self._reading = False  # set by `require`: Chroma then opens a copy of an embedded store
+        self._snapshot: StoreSnapshot | None = None
 
     # --- catalog ------------------------------------------------------------------------------------
 
@@ -149,9 +154,12 @@ class Index:
         return self.catalog_path.exists()
 
     def require(self) -> "Index":
-        """The index, for reading: it holds documents, and a vector for each chunk its catalog lists."""
+        """The index, for reading: it holds documents, and a vector for each chunk its catalog lists. Nothing in
+        its folder is written from then on, not even by Chroma."""
         if not self.exists or not self.catalog["chunks"]:
             raise UserError(f"no documents indexed in {self.root}; run `dspy-rag ingest FILE` first (or pass --index)")
+        if not self._reading:
+            self._reading, self._collection = True, None
         self.check_vectors()
         return self
 
@@ -197,7 +205,11 @@ class Index:
         url = self.config.index.chroma_url
         if not url:
             # Chroma shares one client per path string in a process: a relative one would follow the working folder.
-            return chromadb.PersistentClient(path=str((self.root / "chroma").resolve()), settings=settings)
+            store = (self.root / "chroma").resolve()
+            if self._reading:
+                self._snapshot = StoreSnapshot(store)
+                store = self._snapshot.path
+            return chromadb.PersistentClient(path=str(store), settings=settings)
         parsed = urlparse(url)
         try:
             return chromadb.HttpClient(host=parsed.hostname or "127.0.0.1", port=parsed.port or 8000,
@@ -220,7 +232,7 @@ class Index:
 
         try:
             yield
-        except (httpx.HTTPError, ChromaError) as exc:
+        except (httpx.HTTPError, ChromaError, sqlite3.Error) as exc:  # sqlite3: copying a damaged store
             detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             if url := self.config.index.chroma_url:
                 raise UserError(f"the Chroma server at {url} failed ({detail}); check that it runs, then retry") from exc
@@ -359,6 +371,7 @@ class Index:
         again), before anything new is written."""
         started = time.perf_counter()
         report = IngestReport()
+        self._reading, self._collection, self._snapshot = False, None, None  # a writer opens the store itself
         with self._writer_lock(wait), self._chroma_failures():
             self.catalog, self._bm25 = self._read_catalog(), None  # a writer before us may have committed since
             report.repaired = self._sweep_uncommitted(repair, progress)
