@@ -86,6 +86,20 @@ def indexed_source(item: str) -> str:
     return source
 
 
+def text_sha256(document: Document) -> str:
+    """What an index records as the content of a document ingested from memory."""
+    return hashlib.sha256(document.text.encode()).hexdigest()
+
+
+def file_contents(files: list[str]) -> dict[str, str]:
+    """Each file's indexed name and the sha256 of its bytes, as an ingest records them; empty when one cannot be
+    read (an ingest then reports it)."""
+    try:
+        return {indexed_source(file): hashlib.sha256(read_bytes(Path(file))).hexdigest() for file in files}
+    except UserError:
+        return {}
+
+
 def expand_inputs(inputs: list[str]) -> tuple[list[str], list[str]]:
     """Files and URLs to ingest, and files skipped in folders because their type is unsupported.
 
@@ -162,6 +176,17 @@ class Index:
             self._reading, self._collection = True, None
         self.check_vectors()
         return self
+
+    def _holds(self, contents: dict[str, str]) -> bool:
+        """True when the committed catalog holds exactly these sources (name: sha256) and their vectors: then the
+        index is opened for reading only, with nothing to write. Lost vectors are left to the writer to mend."""
+        if not self.catalog["chunks"] or contents != {s: meta["sha256"] for s, meta in self.sources.items()}:
+            return False
+        try:
+            self.require()
+        except UserError:
+            return False
+        return True
 
     def _lost_vectors(self, held: int) -> UserError:
         return UserError(f"the vector store of {self.root} holds {held} vectors for the {len(self.catalog['chunks'])} "
@@ -406,7 +431,9 @@ class Index:
     def mirror(self, files: list[str]) -> IngestReport:
         """Make this index hold exactly `files`, waiting for another writer. Dropping the other sources and
         ingesting happen under one lock: a process that opened the store before another filled it would read
-        a stale Chroma segment."""
+        a stale Chroma segment. An index that holds them already is only opened for reading."""
+        if self._holds(file_contents(files)):
+            return IngestReport(unchanged=list(self.sources))
         with self._writing(wait=True, repair=True) as report:  # an index the tool keeps for itself mends itself
             wanted = {indexed_source(file) for file in files}
             if dropped := [s for s in self.catalog["sources"] if s not in wanted]:
@@ -435,11 +462,14 @@ class Index:
 
     def ingest_documents(self, documents: list[Document], progress: ProgressFn = lambda *_: None) -> IngestReport:
         """Ingest documents already in memory (web snapshots, corpora) into an index this tool caches for itself,
-        waiting for another process building it; a document is unchanged if its text is."""
+        waiting for another process building it; a document is unchanged if its text is. An index that holds
+        exactly these documents is only opened for reading."""
+        if self._holds({document.source: text_sha256(document) for document in documents}):
+            return IngestReport(unchanged=list(self.sources))
         with self._writing(wait=True, repair=True, progress=progress) as report:
             staged = []
             for document in documents:
-                sha256 = hashlib.sha256(document.text.encode()).hexdigest()
+                sha256 = text_sha256(document)
                 if not self._unchanged(document.source, sha256, report):
                     staged.append((document, sha256, self._chunks(document, report)))
             # Small documents: embed them in shared batches and commit once for the lot.
