@@ -2,13 +2,15 @@
 
 The catalog is the commit point. Ingest writes new chunks to Chroma first, then replaces the catalog
 atomically, then deletes the chunks it superseded. Readers only trust chunk ids the catalog lists, so an
-interrupted ingest leaves the previous index fully usable, and the next ingest sweeps its leftovers.
+interrupted ingest leaves the previous index fully usable, and the next ingest sweeps its leftovers. A reader
+never writes to the index folder: an embedded store is read from a private copy (dspy_rag.store_snapshot).
 """
 
 import hashlib
 import json
 import os
 import secrets
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +29,7 @@ from dspy_rag.config import Config
 from dspy_rag.documents import SUPPORTED_SUFFIXES, Document, download, kind_of, parse, read_bytes
 from dspy_rag.errors import UserError
 from dspy_rag.files import write_json_atomic
+from dspy_rag.store_snapshot import StoreSnapshot
 from dspy_rag.tokenizer import tokenize
 
 CATALOG_FORMAT = 1
@@ -83,6 +86,20 @@ def indexed_source(item: str) -> str:
     return source
 
 
+def text_sha256(document: Document) -> str:
+    """What an index records as the content of a document ingested from memory."""
+    return hashlib.sha256(document.text.encode()).hexdigest()
+
+
+def file_contents(files: list[str]) -> dict[str, str]:
+    """Each file's indexed name and the sha256 of its bytes, as an ingest records them; empty when one cannot be
+    read (an ingest then reports it)."""
+    try:
+        return {indexed_source(file): hashlib.sha256(read_bytes(Path(file))).hexdigest() for file in files}
+    except UserError:
+        return {}
+
+
 def expand_inputs(inputs: list[str]) -> tuple[list[str], list[str]]:
     """Files and URLs to ingest, and files skipped in folders because their type is unsupported.
 
@@ -121,6 +138,8 @@ class Index:
         self._collection: Any = None
         self._bm25: Any = None
         self._embedder: Any = None
+        self._reading = False  # set by `require`: Chroma then opens a copy of an embedded store
+        self._snapshot: StoreSnapshot | None = None
 
     # --- catalog ------------------------------------------------------------------------------------
 
@@ -149,11 +168,25 @@ class Index:
         return self.catalog_path.exists()
 
     def require(self) -> "Index":
-        """The index, for reading: it holds documents, and a vector for each chunk its catalog lists."""
+        """The index, for reading: it holds documents, and a vector for each chunk its catalog lists. Nothing in
+        its folder is written from then on, not even by Chroma."""
         if not self.exists or not self.catalog["chunks"]:
             raise UserError(f"no documents indexed in {self.root}; run `dspy-rag ingest FILE` first (or pass --index)")
+        if not self._reading:
+            self._reading, self._collection = True, None
         self.check_vectors()
         return self
+
+    def _holds(self, contents: dict[str, str]) -> bool:
+        """True when the committed catalog holds exactly these sources (name: sha256) and their vectors: then the
+        index is opened for reading only, with nothing to write. Lost vectors are left to the writer to mend."""
+        if not self.catalog["chunks"] or contents != {s: meta["sha256"] for s, meta in self.sources.items()}:
+            return False
+        try:
+            self.require()
+        except UserError:
+            return False
+        return True
 
     def _lost_vectors(self, held: int) -> UserError:
         return UserError(f"the vector store of {self.root} holds {held} vectors for the {len(self.catalog['chunks'])} "
@@ -197,7 +230,11 @@ class Index:
         url = self.config.index.chroma_url
         if not url:
             # Chroma shares one client per path string in a process: a relative one would follow the working folder.
-            return chromadb.PersistentClient(path=str((self.root / "chroma").resolve()), settings=settings)
+            store = (self.root / "chroma").resolve()
+            if self._reading:
+                self._snapshot = StoreSnapshot(store)
+                store = self._snapshot.path
+            return chromadb.PersistentClient(path=str(store), settings=settings)
         parsed = urlparse(url)
         try:
             return chromadb.HttpClient(host=parsed.hostname or "127.0.0.1", port=parsed.port or 8000,
@@ -220,7 +257,7 @@ class Index:
 
         try:
             yield
-        except (httpx.HTTPError, ChromaError) as exc:
+        except (httpx.HTTPError, ChromaError, sqlite3.Error) as exc:  # sqlite3: copying a damaged store
             detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             if url := self.config.index.chroma_url:
                 raise UserError(f"the Chroma server at {url} failed ({detail}); check that it runs, then retry") from exc
@@ -359,6 +396,7 @@ class Index:
         again), before anything new is written."""
         started = time.perf_counter()
         report = IngestReport()
+        self._reading, self._collection, self._snapshot = False, None, None  # a writer opens the store itself
         with self._writer_lock(wait), self._chroma_failures():
             self.catalog, self._bm25 = self._read_catalog(), None  # a writer before us may have committed since
             report.repaired = self._sweep_uncommitted(repair, progress)
@@ -393,7 +431,9 @@ class Index:
     def mirror(self, files: list[str]) -> IngestReport:
         """Make this index hold exactly `files`, waiting for another writer. Dropping the other sources and
         ingesting happen under one lock: a process that opened the store before another filled it would read
-        a stale Chroma segment."""
+        a stale Chroma segment. An index that holds them already is only opened for reading."""
+        if self._holds(file_contents(files)):
+            return IngestReport(unchanged=list(self.sources))
         with self._writing(wait=True, repair=True) as report:  # an index the tool keeps for itself mends itself
             wanted = {indexed_source(file) for file in files}
             if dropped := [s for s in self.catalog["sources"] if s not in wanted]:
@@ -422,11 +462,14 @@ class Index:
 
     def ingest_documents(self, documents: list[Document], progress: ProgressFn = lambda *_: None) -> IngestReport:
         """Ingest documents already in memory (web snapshots, corpora) into an index this tool caches for itself,
-        waiting for another process building it; a document is unchanged if its text is."""
+        waiting for another process building it; a document is unchanged if its text is. An index that holds
+        exactly these documents is only opened for reading."""
+        if self._holds({document.source: text_sha256(document) for document in documents}):
+            return IngestReport(unchanged=list(self.sources))
         with self._writing(wait=True, repair=True, progress=progress) as report:
             staged = []
             for document in documents:
-                sha256 = hashlib.sha256(document.text.encode()).hexdigest()
+                sha256 = text_sha256(document)
                 if not self._unchanged(document.source, sha256, report):
                     staged.append((document, sha256, self._chunks(document, report)))
             # Small documents: embed them in shared batches and commit once for the lot.

@@ -181,7 +181,9 @@ class SnapshotSearch:
         folder = cache_root() / "web-snapshots" / digest.hexdigest()[:16]
         index_config = config.model_copy(update={"index": IndexConfig(path=folder)})
         self.index = Index(index_config)
-        if not self.index.exists:
+        if self.index.exists and self.index.catalog["chunks"]:
+            self.index.require()  # built before: only read from now on
+        else:
             self.index.ingest_documents(snapshot_documents(files))
         self.retriever = Retriever(self.index, config.retrieval.top_k, config.retrieval.rrf_k)
 
