@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import DATA
 from dspy_rag.errors import UserError
 from dspy_rag.evals.bench_retrieval import (
     BRIDGE_ONLY,
@@ -69,15 +68,15 @@ def test_corpus_documents_keep_the_passage_id_as_source():
 
 
 @pytest.fixture(scope="module")
-def hotpot_slice(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+def hotpot_slice(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> tuple[Path, Path, Path]:
     """The first 8 HotpotQA questions and only the passages they show (gold + distractors), original formats."""
     folder = tmp_path_factory.mktemp("hotpot")
-    rows = json.loads((DATA / "hotpotqa" / "questions.json").read_text())[:8]
+    rows = json.loads((shared_data / "hotpotqa" / "questions.json").read_text())[:8]
     questions = folder / "questions.json"
     questions.write_text(json.dumps(rows))
     _, loaded = load_questions(questions)
     wanted = {i for q in loaded for i in (*q.gold_passages, *q.distractors)}
-    full = json.loads((DATA / "hotpotqa" / "corpus.json").read_text())
+    full = json.loads((shared_data / "hotpotqa" / "corpus.json").read_text())
     corpus = folder / "corpus.json"
     corpus.write_text(json.dumps({t: s for t, s in full.items() if passage_id(t, "".join(s)) in wanted}))
     return questions, corpus, folder / "index"

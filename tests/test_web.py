@@ -10,7 +10,7 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from conftest import DATA, JsonServer, free_port, scratch_config
+from conftest import JsonServer, free_port, scratch_config
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
 from dspy_rag.pipelines.baseline import BaselineRAG
@@ -136,8 +136,8 @@ def test_empty_files_pipes_and_dangling_links_in_a_snapshot_folder_are_passed_ov
                                                  str((snapshot / "post.md").resolve())}
 
 
-def test_the_real_snapshot_finds_the_rocm_post() -> None:
-    search = SnapshotSearch(DATA / "web-snapshot", scratch_config(Path("unused")))
+def test_the_real_snapshot_finds_the_rocm_post(shared_data: Path) -> None:
+    search = SnapshotSearch(shared_data / "web-snapshot", scratch_config(Path("unused")))
     top = search.search("AMD Instinct MI300X MLPerf inference results", 3)
     assert any("rocm-blog-2024-08-28" in p.source for p in top)
 
