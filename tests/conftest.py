@@ -37,6 +37,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="fail, not skip, the tests that need ../shared/data when it is missing (also when $CI is set)")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Refuses a test that builds the real 10-K index (`tenk_index`) without the slow mark: -m "not slow" stays fast."""
+    unmarked = [item.nodeid for item in items
+                if "tenk_index" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("slow")]
+    if unmarked:
+        raise pytest.UsageError("tenk_index builds the real 10-K index; mark these @pytest.mark.slow: "
+                                + ", ".join(unmarked))
+
+
 def data_required(config: pytest.Config) -> bool:
     """Whether missing shared data is a failure: asked for with --require-data, or a CI run (which has the data)."""
     return config.getoption("require_data") or os.environ.get("CI", "").lower() not in ("", "0", "false")
@@ -225,7 +234,7 @@ def scratch_config(root: Path, **overrides: object) -> Config:
 
 @pytest.fixture(scope="session")
 def tenk_index(tmp_path_factory: pytest.TempPathFactory, tenk_filing: Path) -> Index:
-    """The real 10-K ingested once per session into real Chroma with real embeddings."""
+    """The real 10-K ingested once per session into real Chroma with real embeddings (a test using it is slow)."""
     index = Index(scratch_config(tmp_path_factory.mktemp("tenk")))
     index.ingest([str(tenk_filing)])
     return index

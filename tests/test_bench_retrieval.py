@@ -95,6 +95,7 @@ class ReversingReranker:
         return self.returned[query]
 
 
+@pytest.mark.slow
 def test_run_scores_every_strategy_on_real_questions(hotpot_slice):
     questions, corpus, work = hotpot_slice
     result = run(questions, corpus, work, top_k=20)

@@ -142,6 +142,7 @@ def test_the_real_snapshot_finds_the_rocm_post(shared_data: Path) -> None:
     assert any("rocm-blog-2024-08-28" in p.source for p in top)
 
 
+@pytest.mark.slow
 def test_the_baseline_answers_from_documents_when_the_web_fails(tenk_index: Index, tavily: FakeTavily) -> None:
     tavily.status = 429
     reply = {"evidence": "", "answer": "From the filing [1].", "cited_passages": [1], "short_answer": "filing"}
@@ -151,6 +152,7 @@ def test_the_baseline_answers_from_documents_when_the_web_fails(tenk_index: Inde
     assert len(result.passages) == 4 and all(p.source.endswith("nvda-20230129.htm") for p in result.passages)
 
 
+@pytest.mark.slow
 def test_the_baseline_fuses_web_results_with_documents(tenk_index: Index, tavily: FakeTavily) -> None:
     reply = {"evidence": "", "answer": "Both [1].", "cited_passages": [1], "short_answer": "both"}
     with dspy.context(lm=DummyLM([reply], adapter=dspy.JSONAdapter()), adapter=dspy.JSONAdapter()):
