@@ -46,6 +46,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                                 + ", ".join(unmarked))
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line saying how many tests skipped for want of the shared data, and how to supply it."""
+    skipped = [report for report in terminalreporter.stats.get("skipped", []) if MISSING_DATA in str(report.longrepr)]
+    if skipped:
+        terminalreporter.write_line(f"{len(skipped)} tests skipped: {MISSING_DATA}", yellow=True)
+
+
 def data_required(config: pytest.Config) -> bool:
     """Whether missing shared data is a failure: asked for with --require-data, or a CI run (which has the data)."""
     return config.getoption("require_data") or os.environ.get("CI", "").lower() not in ("", "0", "false")
