@@ -71,7 +71,7 @@ def shared_data(request: pytest.FixtureRequest) -> Path:
 
 @pytest.fixture(scope="session")
 def tenk_filing(shared_data: Path) -> Path:
-    """NVIDIA's fiscal-2023 10-K (the HTML filing) in the shared data."""
+    """NVIDIA's fiscal-2023 10-K (the HTML filing) in the shared data; skips or fails as `shared_data` does."""
     return locations.tenk_filing()
 
 
