@@ -1,5 +1,9 @@
 """Shared fixtures: the real data in ../shared/data, scratch configurations, a real 10-K index, the CLI run
-as a user runs it, and fake HTTP services (an OpenAI-compatible LM) on 127.0.0.1."""
+as a user runs it, and fake HTTP services (an OpenAI-compatible LM) on 127.0.0.1.
+
+The real data is found when a test asks for it (the `shared_data` and `tenk_filing` fixtures), so the tests
+collect on any clone; without the data those tests skip, or fail where data is required (--require-data, or
+$CI set), so CI cannot pass by skipping them."""
 
 import io
 import json
@@ -22,11 +26,53 @@ import pytest
 
 from dspy_rag.config import Config, load_config
 from dspy_rag.index import Index
-from dspy_rag.trainsets.locations import shared_data, tenk_filing
+from dspy_rag.trainsets import locations
 
-DATA = shared_data()
-TENK = tenk_filing()
 CLI = str(Path(sys.executable).parent / "dspy-rag")
+MISSING_DATA = "shared data not found: set SHARED_DATA or clone beside ../shared"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--require-data", action="store_true",
+                     help="fail, not skip, the tests that need ../shared/data when it is missing (also when $CI is set)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Refuses a test that builds the real 10-K index (`tenk_index`) without the slow mark: -m "not slow" stays fast."""
+    unmarked = [item.nodeid for item in items
+                if "tenk_index" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("slow")]
+    if unmarked:
+        raise pytest.UsageError("tenk_index builds the real 10-K index; mark these @pytest.mark.slow: "
+                                + ", ".join(unmarked))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line saying how many tests skipped for want of the shared data, and how to supply it."""
+    skipped = [report for report in terminalreporter.stats.get("skipped", []) if MISSING_DATA in str(report.longrepr)]
+    if skipped:
+        terminalreporter.write_line(f"{len(skipped)} tests skipped: {MISSING_DATA}", yellow=True)
+
+
+def data_required(config: pytest.Config) -> bool:
+    """Whether missing shared data is a failure: asked for with --require-data, or a CI run (which has the data)."""
+    return config.getoption("require_data") or os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
+@pytest.fixture(scope="session")
+def shared_data(request: pytest.FixtureRequest) -> Path:
+    """The real data folder ($SHARED_DATA or ../shared/data); without it the test skips, or fails if data is required."""
+    try:
+        return locations.shared_data()
+    except FileNotFoundError as missing:
+        if data_required(request.config):
+            pytest.fail(f"{missing} (required: --require-data or $CI is set)")
+        pytest.skip(MISSING_DATA)
+
+
+@pytest.fixture(scope="session")
+def tenk_filing(shared_data: Path) -> Path:
+    """NVIDIA's fiscal-2023 10-K (the HTML filing) in the shared data; skips or fails as `shared_data` does."""
+    return locations.tenk_filing()
 
 
 def user_environment(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -194,10 +240,10 @@ def scratch_config(root: Path, **overrides: object) -> Config:
 
 
 @pytest.fixture(scope="session")
-def tenk_index(tmp_path_factory: pytest.TempPathFactory) -> Index:
-    """The real 10-K ingested once per session into real Chroma with real embeddings."""
+def tenk_index(tmp_path_factory: pytest.TempPathFactory, tenk_filing: Path) -> Index:
+    """The real 10-K ingested once per session into real Chroma with real embeddings (a test using it is slow)."""
     index = Index(scratch_config(tmp_path_factory.mktemp("tenk")))
-    index.ingest([str(TENK)])
+    index.ingest([str(tenk_filing)])
     return index
 
 

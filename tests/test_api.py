@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import dspy_rag
-from conftest import TENK, scratch_config
+from conftest import scratch_config
 from dspy_rag.index import Index
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -33,9 +33,9 @@ def test_the_api_streams_the_steps_and_refuses_a_missing_index_in_one_line(works
 
 
 @pytest.mark.slow
-def test_research_answers_the_readme_question_on_the_real_local_model(tmp_path: Path) -> None:
+def test_research_answers_the_readme_question_on_the_real_local_model(tmp_path: Path, tenk_filing: Path) -> None:
     config = scratch_config(tmp_path)
-    Index(config).ingest([str(TENK)])
+    Index(config).ingest([str(tenk_filing)])
     result = dspy_rag.Research.open(config, pipeline="baseline").ask(
         "What was NVIDIA's Data Center revenue in fiscal year 2023?")
     assert "15.01" in result.answer and result.citations

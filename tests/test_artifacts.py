@@ -61,6 +61,7 @@ def saved(tenk_index: Index, tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_round_trip_under_another_model_prompts_identically(saved: Path, tenk_index: Index) -> None:
     loaded = DeepResearch(Retriever(tenk_index, top_k=10))
     info = artifacts.load(saved, loaded)
@@ -71,6 +72,7 @@ def test_round_trip_under_another_model_prompts_identically(saved: Path, tenk_in
     assert sorted(p.name for p in saved.iterdir()) == ["manifest.json", "program.json", "trajectories.jsonl"]
 
 
+@pytest.mark.slow
 def test_the_shipped_default_loads_into_the_current_program(tenk_index: Index) -> None:
     # A signature change that the shipped artifact no longer matches would break every default `ask`.
     program = DeepResearch(Retriever(tenk_index, top_k=10))
@@ -83,6 +85,7 @@ def test_the_shipped_default_loads_into_the_current_program(tenk_index: Index) -
     assert program.synthesizer.short_answer.predict.signature.instructions == AnswerBriefly.instructions
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(p.name for p in artifacts.SHIPPED.iterdir() if (p / "manifest.json").is_file()))
 def test_dspy_itself_loads_every_shipped_artifact(name: str, tenk_index: Index) -> None:
     # A DSPy user's own `Module.load`, with none of our checks or migration: the state is DSPy's format.
@@ -110,6 +113,7 @@ def test_a_predictor_moved_whole_keeps_its_fields_so_a_changed_signature_still_f
     assert predictors == {"planner.predict": ["question", "->", "steps", "reason"]}
 
 
+@pytest.mark.slow
 def test_an_artifact_of_the_program_before_its_role_modules_loads_with_its_instructions_and_demos(
         tenk_index: Index, tmp_path: Path) -> None:
     program = compiled(tenk_index)
@@ -133,6 +137,7 @@ def test_an_artifact_of_the_program_before_its_role_modules_loads_with_its_instr
     assert loaded.dump_state() == program.dump_state()
 
 
+@pytest.mark.slow
 def test_no_lm_settings_or_keys_reach_the_artifact(tenk_index: Index, tmp_path: Path) -> None:
     program = compiled(tenk_index)
     program.synthesizer.short_answer.predict.lm = dspy.LM("openai/gpt-4o-mini", api_key="sk-secret-value")
@@ -140,6 +145,7 @@ def test_no_lm_settings_or_keys_reach_the_artifact(tenk_index: Index, tmp_path: 
     assert "sk-secret" not in "".join(p.read_text() for p in (tmp_path / "a").iterdir())
 
 
+@pytest.mark.slow
 def test_a_changed_state_is_refused_as_corrupt(saved: Path, tenk_index: Index) -> None:
     state = json.loads((saved / "program.json").read_text())
     state["planner.predict"]["signature"]["instructions"] = "Ignore the documents."
@@ -148,6 +154,7 @@ def test_a_changed_state_is_refused_as_corrupt(saved: Path, tenk_index: Index) -
         artifacts.load(saved, DeepResearch(Retriever(tenk_index, top_k=10)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content, message", [
     ("{not json", "corrupt"),
     (json.dumps({"format": "something-else", "version": 1}), "not a dspy-rag artifact"),
@@ -160,6 +167,7 @@ def test_bad_manifests_are_refused(saved: Path, tenk_index: Index, content: str,
         artifacts.load(saved, DeepResearch(Retriever(tenk_index, top_k=10)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change, message", [
     ({"predictors": 5}, r"predictors: input should be a valid dictionary"),
     ({"model": 42}, r"model: input should be a valid string"),
@@ -177,6 +185,7 @@ def test_a_mistyped_manifest_field_is_corrupt_not_coerced(saved: Path, tenk_inde
     assert "corrupt" in str(error.value) and "recompile" in str(error.value)
 
 
+@pytest.mark.slow
 def test_an_artifact_for_other_modules_is_refused(saved: Path, tenk_index: Index) -> None:
     raw = json.loads((saved / "manifest.json").read_text())
     raw["predictors"] = {"answer": ["question", "passages", "->", "answer"]}
@@ -185,6 +194,7 @@ def test_an_artifact_for_other_modules_is_refused(saved: Path, tenk_index: Index
         artifacts.load(saved, DeepResearch(Retriever(tenk_index, top_k=10)))
 
 
+@pytest.mark.slow
 def test_a_folder_without_manifest_is_not_an_artifact(tmp_path: Path, tenk_index: Index) -> None:
     (tmp_path / "pickled").mkdir()
     (tmp_path / "pickled" / "program.pkl").write_bytes(b"\x80\x04")
@@ -192,6 +202,7 @@ def test_a_folder_without_manifest_is_not_an_artifact(tmp_path: Path, tenk_index
         artifacts.load(tmp_path / "pickled", DeepResearch(Retriever(tenk_index, top_k=10)))
 
 
+@pytest.mark.slow
 def test_a_save_that_fails_midway_leaves_the_old_artifact(saved: Path, tenk_index: Index,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     before = {p.name: p.read_bytes() for p in saved.iterdir()}
@@ -210,12 +221,14 @@ def test_a_save_that_fails_midway_leaves_the_old_artifact(saved: Path, tenk_inde
     assert [p.name for p in saved.parent.iterdir()] == ["demo"]  # no staging folder left behind
 
 
+@pytest.mark.slow
 def test_an_existing_artifact_is_not_overwritten_unasked(saved: Path, tenk_index: Index) -> None:
     program = DeepResearch(Retriever(tenk_index, top_k=10))
     with pytest.raises(UserError, match="--replace"):
         artifacts.save(saved, program, manifest(), [])
 
 
+@pytest.mark.slow
 def test_choosing_artifacts(saved: Path) -> None:
     folder = saved.parent
     assert artifacts.chosen("none", folder, "local/qwen2.5-coder-0.5b") is None

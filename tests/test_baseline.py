@@ -12,6 +12,8 @@ from dspy_rag.pipelines.lm_calls import RETRY_TEMPERATURE, Unparseable
 from dspy_rag.retrieval import Retriever
 from dspy_rag.signatures import AnswerBriefly
 
+pytestmark = pytest.mark.slow  # every test runs over the real 10-K index
+
 QUESTION = "What was NVIDIA's Data Center revenue in fiscal year 2023?"
 
 

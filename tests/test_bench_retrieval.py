@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import DATA
 from dspy_rag.cli.bench import bench_app
 from dspy_rag.errors import UserError
 from dspy_rag.evals.bench_retrieval import (
@@ -69,15 +68,16 @@ def test_corpus_documents_keep_the_passage_id_as_source():
 
 
 @pytest.fixture(scope="module")
-def hotpot_slice(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """The first 8 HotpotQA questions and only the passages they show (gold + distractors), original formats."""
+def hotpot_slice(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> tuple[Path, Path, Path]:
+    """The first 8 HotpotQA questions and only the passages they show (gold + distractors), original formats.
+    Its tests are slow: the first to run indexes the passages, the rest reuse that index."""
     folder = tmp_path_factory.mktemp("hotpot")
-    rows = json.loads((DATA / "hotpotqa" / "questions.json").read_text())[:8]
+    rows = json.loads((shared_data / "hotpotqa" / "questions.json").read_text())[:8]
     questions = folder / "questions.json"
     questions.write_text(json.dumps(rows))
     _, loaded = load_questions(questions)
     wanted = {i for q in loaded for i in (*q.gold_passages, *q.distractors)}
-    full = json.loads((DATA / "hotpotqa" / "corpus.json").read_text())
+    full = json.loads((shared_data / "hotpotqa" / "corpus.json").read_text())
     corpus = folder / "corpus.json"
     corpus.write_text(json.dumps({t: s for t, s in full.items() if passage_id(t, "".join(s)) in wanted}))
     return questions, corpus, folder / "index"
@@ -96,6 +96,7 @@ class ReversingReranker:
         return self.returned[query]
 
 
+@pytest.mark.slow
 def test_run_scores_every_strategy_on_real_questions(hotpot_slice):
     questions, corpus, work = hotpot_slice
     result = run(questions, corpus, work, top_k=20)
@@ -113,6 +114,7 @@ def test_run_scores_every_strategy_on_real_questions(hotpot_slice):
     assert result["best_single"] in result["strategies"]
 
 
+@pytest.mark.slow
 def test_run_scores_the_reranked_order(hotpot_slice):
     questions, corpus, work = hotpot_slice
     reranker = ReversingReranker()
@@ -144,6 +146,7 @@ class BridgingReversingReranker(ReversingReranker):
         return passages[::-1]
 
 
+@pytest.mark.slow
 def test_a_bridging_reranker_is_also_scored_by_halves(hotpot_slice):
     questions, corpus, work = hotpot_slice
     result = run(questions, corpus, work, reranker=BridgingReversingReranker(), top_k=20, limit=5)
@@ -153,6 +156,7 @@ def test_a_bridging_reranker_is_also_scored_by_halves(hotpot_slice):
     assert 0.0 <= rows[BRIDGE_ONLY]["recall@2"] <= rows[BRIDGE_ONLY]["recall@5"] <= rows[BRIDGE_ONLY]["recall@10"]
 
 
+@pytest.mark.slow
 def test_cli_prints_the_table_and_writes_json(hotpot_slice, tmp_path):
     questions, corpus, work = hotpot_slice
     figures = tmp_path / "figures.json"

@@ -30,6 +30,7 @@ def notes(folder: Path, body: str) -> Path:
     return folder / "notes.md"
 
 
+@pytest.mark.slow
 def test_ingest_and_search_through_the_server(chroma_url: str, tmp_path: Path) -> None:
     config = scratch_config(tmp_path, **{"index.chroma_url": chroma_url})
     Index(config).ingest([str(notes(tmp_path / "docs", "Widgets are sold in Norway."))])
@@ -40,6 +41,7 @@ def test_ingest_and_search_through_the_server(chroma_url: str, tmp_path: Path) -
     assert top[0].text.startswith("# Sales") and "Norway" in top[0].text
 
 
+@pytest.mark.slow
 def test_two_index_folders_share_a_server_without_mixing(chroma_url: str, tmp_path: Path) -> None:
     first = scratch_config(tmp_path / "one", **{"index.chroma_url": chroma_url})
     second = scratch_config(tmp_path / "two", **{"index.chroma_url": chroma_url})
@@ -51,6 +53,7 @@ def test_two_index_folders_share_a_server_without_mixing(chroma_url: str, tmp_pa
     assert all("Widgets" not in p.text for p in Retriever(two).search("widgets norway", "vector"))
 
 
+@pytest.mark.slow
 def test_the_cli_works_against_the_server(chroma_url: str, tmp_path: Path) -> None:
     notes(tmp_path, "Widgets are sold in Norway.")
     result = run_cli("ingest", "notes.md", "--json", cwd=tmp_path, env={"DSPY_RAG_INDEX_CHROMA_URL": chroma_url})

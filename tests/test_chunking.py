@@ -2,10 +2,10 @@
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from conftest import TENK
 from dspy_rag.chunking import Chunk, chunk_document
 from dspy_rag.documents import Document, Section, read_html
 
@@ -13,8 +13,8 @@ SETTINGS = [(1000, 150), (1000, 0), (300, 60)]
 
 
 @pytest.fixture(scope="module")
-def tenk() -> Document:
-    return read_html(TENK.read_bytes(), str(TENK))
+def tenk(tenk_filing: Path) -> Document:
+    return read_html(tenk_filing.read_bytes(), str(tenk_filing))
 
 
 @pytest.fixture(scope="module", params=SETTINGS, ids=lambda p: f"size{p[0]}-overlap{p[1]}")
@@ -39,12 +39,13 @@ def test_chunk_text_matches_offsets(tenk: Document, chunked: tuple[int, int, lis
         assert chunk.text == chunk.text.strip() and chunk.text
 
 
-def test_chunks_stay_inside_their_section(tenk: Document, chunked: tuple[int, int, list[Chunk]]) -> None:
+def test_chunks_stay_inside_their_section(tenk: Document, chunked: tuple[int, int, list[Chunk]],
+                                         tenk_filing: Path) -> None:
     for chunk in chunked[2]:
         section = section_of(tenk, chunk)
         assert chunk.section == section.title
         assert chunk.end <= section.end
-        assert chunk.source == str(TENK)
+        assert chunk.source == str(tenk_filing)
 
 
 def test_chunks_respect_size(chunked: tuple[int, int, list[Chunk]]) -> None:

@@ -30,6 +30,7 @@ def intact(workdir: Path):
     assert catalog.read_bytes() == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, needles", [
     (("ingest", "missing.htm"), ("does not exist",)),
     (("ingest", "binary.txt"), ("binary",)),
@@ -63,6 +64,8 @@ def test_bad_input_gets_a_one_line_error_and_leaves_the_index_intact(
     assert_one_line_error(run(*args, cwd=workdir), *needles)
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("shared_data")  # compile indexes the 10-K before it calls the model
 def test_a_served_model_down_during_compile_is_a_one_line_error(workdir: Path) -> None:
     env = {"DSPY_RAG_LM_API_BASE": "http://127.0.0.1:9/v1", "DSPY_RAG_LM_API_KEY": "sk-unused",
            "DSPY_RAG_ARTIFACTS_PATH": str(workdir / "artifacts")}
@@ -72,12 +75,14 @@ def test_a_served_model_down_during_compile_is_a_one_line_error(workdir: Path) -
     assert not (workdir / "artifacts").exists() or not any((workdir / "artifacts").iterdir())
 
 
+@pytest.mark.slow
 def test_an_empty_index_path_from_the_environment_is_refused(workdir: Path, intact: None) -> None:
     before = sorted(p.name for p in workdir.iterdir())
     assert_one_line_error(run("ingest", "notes.md", cwd=workdir, env={"DSPY_RAG_INDEX_PATH": ""}), "empty")
     assert sorted(p.name for p in workdir.iterdir()) == before  # no index written into the working folder
 
 
+@pytest.mark.slow
 def test_a_broken_config_file_is_a_one_line_error(workdir: Path, intact: None) -> None:
     (workdir / "broken.yaml").write_text("lm: [unclosed\n")
     assert_one_line_error(run("config", "--config", "broken.yaml", cwd=workdir), "not valid YAML")
@@ -85,11 +90,13 @@ def test_a_broken_config_file_is_a_one_line_error(workdir: Path, intact: None) -
     assert_one_line_error(run("config", "--config", "typo.yaml", cwd=workdir), "retrieval.top_kk")
 
 
+@pytest.mark.slow
 def test_a_usage_mistake_exits_non_zero_without_a_traceback(workdir: Path) -> None:
     result = run("ask", cwd=workdir)
     assert result.returncode == 2 and "Traceback" not in result.stderr and "Missing argument" in result.stderr
 
 
+@pytest.mark.slow
 def test_config_shows_precedence_and_masks_secrets(workdir: Path) -> None:
     (workdir / "dspy-rag.yaml").write_text("retrieval:\n  top_k: 7\n  top_n: 3\nlm:\n  max_tokens: 300\n")
     try:
@@ -104,6 +111,7 @@ def test_config_shows_precedence_and_masks_secrets(workdir: Path) -> None:
     assert "path: flag-index" in result.stdout
 
 
+@pytest.mark.slow
 def test_reingest_reports_unchanged(workdir: Path, intact: None) -> None:
     result = run("ingest", "notes.md", "--json", cwd=workdir)
     assert result.returncode == 0, result.stderr
@@ -111,12 +119,14 @@ def test_reingest_reports_unchanged(workdir: Path, intact: None) -> None:
     assert report["unchanged"] == [str((workdir / "notes.md").resolve())] and report["chunks_written"] == 0
 
 
+@pytest.mark.slow
 def test_models_lists_both_local_models(workdir: Path) -> None:
     rows = json.loads(run("models", "--json", cwd=workdir).stdout)
     assert [r["model"] for r in rows] == ["local/qwen2.5-coder-0.5b", "local/qwen2.5-coder-1.5b"]
     assert rows[0]["installed"]
 
 
+@pytest.mark.slow
 def test_markup_in_a_path_is_printed_as_written_and_breaks_nothing(tmp_path: Path) -> None:
     # Each name read as Rich markup would be eaten ("[draft]") or end the command after its write ("[/i]").
     folder = tmp_path / "reports [bold]"
@@ -141,6 +151,7 @@ def test_terminal_escapes_leave_nothing_in_the_question(pasted: str, clean: str)
     assert clean_question(pasted) == clean
 
 
+@pytest.mark.slow
 def test_version(tmp_path: Path) -> None:
     from dspy_rag import __version__
 

@@ -167,6 +167,7 @@ def test_the_metric_speaks_every_shape_dspy_calls_it_with() -> None:
         ResearchMetric({"f2": 1.0})
 
 
+@pytest.mark.slow
 def test_musique_decompositions_become_the_planners_labeled_demos(tenk_index: Any) -> None:
     from dspy.teleprompt import LabeledFewShot
 
@@ -186,6 +187,7 @@ def test_musique_decompositions_become_the_planners_labeled_demos(tenk_index: An
     assert musique[0].plan[1]["sub_question"] in "".join(m["content"] for m in prompt)
 
 
+@pytest.mark.slow
 def test_hotpotqa_supporting_paragraphs_become_the_short_answers_labeled_demos(tenk_index: Any) -> None:
     from dspy_rag.pipelines.deep import DeepResearch
     from dspy_rag.retrieval import Retriever

@@ -13,6 +13,7 @@ from dspy_rag.files import cache_root
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.usefixtures("shared_data")  # the 10-K set indexes the filing
 def test_a_real_compile_writes_an_artifact_that_ask_can_use(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()

@@ -61,6 +61,7 @@ def run(index: Index, replies: list[dict[str, Any]], question: str = QUESTION,
     return prediction, lm
 
 
+@pytest.mark.slow
 def test_continue_then_finish_runs_every_module_once_per_step(tenk_index: Index) -> None:
     replies = [plan("What was Data Center revenue?", "Which competition risks are listed?", section="Item 1A"),
                *step(), decide("CONTINUE"), *step("competition risk", "keyword"), decide("FINISH"), synthesize()]
@@ -83,6 +84,7 @@ def test_continue_then_finish_runs_every_module_once_per_step(tenk_index: Index)
     assert "$15.01 billion" in lm.history[6]["messages"][-1]["content"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("roles, skipped", [(RoleConfig(distiller=False), "distill"),
                                              (RoleConfig(reflection=False), "reflect"),
                                              (RoleConfig(distiller=False, reflection=False), "both")])
@@ -107,12 +109,14 @@ def test_a_role_switched_off_makes_no_call_and_its_code_fallback_stands_in(tenk_
         assert record.finding == record.context.split(". ")[0].rstrip(".") + "."
 
 
+@pytest.mark.slow
 def test_finish_early_skips_the_rest_of_the_plan(tenk_index: Index) -> None:
     prediction, _ = run(tenk_index, [plan("Data Center revenue?", "Competition?"), *step(), decide("FINISH"),
                                      synthesize()])
     assert len(prediction.trajectory.steps) == 1 and prediction.trajectory.stopped_early is None
 
 
+@pytest.mark.slow
 def test_a_step_that_builds_on_an_earlier_answer_goes_on_without_asking_the_policy(tenk_index: Index) -> None:
     replies = [plan("Which segment earned the most revenue?", "What was the operating income of the answer of step 1?"),
                *step(), *step(), decide("FINISH"), synthesize()]
@@ -128,6 +132,7 @@ def test_a_step_that_builds_on_an_earlier_answer_goes_on_without_asking_the_poli
                      "saw 1 step(s) left") in prediction.events
 
 
+@pytest.mark.slow
 def test_with_keep_going_off_the_policy_may_finish_a_chain_after_its_first_hop(tenk_index: Index) -> None:
     replies = [plan("Which segment earned the most revenue?", "What was the operating income of the answer of step 1?"),
                *step(), decide("FINISH"), synthesize()]
@@ -142,6 +147,7 @@ def test_the_gold_plans_hop_references_are_read_as_chain_steps() -> None:
     assert not Step(sub_question="What was step-up revenue in fiscal 2023?", tool="search_docs").builds_on_earlier()
 
 
+@pytest.mark.slow
 def test_a_chain_step_searches_for_what_the_earlier_step_found(tenk_index: Index) -> None:
     replies = [plan("Which segment earned the most revenue?", "What was the operating income of the answer of step 1?"),
                *step(finding="The Compute & Networking segment earned $15.07 billion."),
@@ -153,6 +159,7 @@ def test_a_chain_step_searches_for_what_the_earlier_step_found(tenk_index: Index
     assert "the answer of step 1" not in lm.history[5]["messages"][-1]["content"]  # the second rewrite
 
 
+@pytest.mark.slow
 def test_references_count_from_the_plan_they_were_written_in(tenk_index: Index) -> None:
     replies = [plan("Which segment earned the most?"), *step(finding="Compute & Networking earned the most."),
                decide("REVISE"), plan("Who leads it?", "Where does the answer of step 1 work?"),
@@ -161,6 +168,7 @@ def test_references_count_from_the_plan_they_were_written_in(tenk_index: Index) 
     assert prediction.trajectory.steps[2].sub_question == "Where does Jensen Huang work?"
 
 
+@pytest.mark.slow
 def test_a_revised_plan_does_not_research_its_first_step_again(tenk_index: Index) -> None:
     replies = [plan("Which segment earned the most?", "What was its operating income?"),
                *step("segment operating income", finding="Compute & Networking earned the most."), decide("REVISE"),
@@ -180,6 +188,7 @@ def test_a_revised_plan_does_not_research_its_first_step_again(tenk_index: Index
     assert [s.sub_question for s in unguarded.steps][:2] == ["Which segment earned the most?"] * 2
 
 
+@pytest.mark.slow
 def test_a_query_that_copies_an_earlier_finding_searches_the_sub_question_instead(tenk_index: Index) -> None:
     found = "Data Center revenue was $15.01 billion."
     replies = [plan("Data Center revenue?", "What competition risks does NVIDIA list?"), *step(finding=found),
@@ -238,6 +247,7 @@ def test_an_unknown_earlier_answer_leaves_the_reference_in_place() -> None:
     assert chained.resolved(["Zimbabwe", "Acme"]).sub_question == "Who founded Acme?"
 
 
+@pytest.mark.slow
 def test_revise_replans_from_the_findings(tenk_index: Index) -> None:
     replies = [plan("Gaming revenue?"), *step(), decide("REVISE"), plan("Data Center revenue?"), *step(),
                decide("FINISH"), synthesize()]
@@ -249,17 +259,20 @@ def test_revise_replans_from_the_findings(tenk_index: Index) -> None:
     assert "$15.01 billion" in replan_prompt  # the re-plan sees what was found
 
 
+@pytest.mark.slow
 def test_llm_continue_with_no_steps_left_finishes(tenk_index: Index) -> None:
     prediction, _ = run(tenk_index, [plan("Data Center revenue?"), *step(), decide("CONTINUE"), synthesize()])
     assert prediction.trajectory.steps[0].decision == "FINISH"
 
 
+@pytest.mark.slow
 def test_plan_policy_makes_no_policy_calls(tenk_index: Index) -> None:
     prediction, lm = run(tenk_index, [plan("A?", "B?"), *step(), *step(), synthesize()], policy="plan")
     assert "policy" not in [c.module for c in prediction.trajectory.calls]
     assert [s.decision for s in prediction.trajectory.steps] == ["CONTINUE", "FINISH"] and len(lm.history) == 10
 
 
+@pytest.mark.slow
 def test_step_budget_stops_early_and_still_answers(tenk_index: Index) -> None:
     prediction, _ = run(tenk_index, [plan("A?", "B?", "C?"), *step(), decide("CONTINUE"), synthesize()],
                         budgets=BudgetConfig(max_steps=1))
@@ -267,6 +280,7 @@ def test_step_budget_stops_early_and_still_answers(tenk_index: Index) -> None:
     assert "$15.01 billion" in prediction.answer
 
 
+@pytest.mark.slow
 def test_lm_call_budget_keeps_one_call_for_the_answer(tenk_index: Index) -> None:
     replies = [plan("A?", "B?"), *step(), decide("CONTINUE"), *step(), synthesize()]
     prediction, lm = run(tenk_index, replies, budgets=BudgetConfig(max_lm_calls=8))
@@ -275,6 +289,7 @@ def test_lm_call_budget_keeps_one_call_for_the_answer(tenk_index: Index) -> None
     assert trajectory.lm_calls == len(lm.history) == 8 and trajectory.calls[-1].module == "answer"
 
 
+@pytest.mark.slow
 def test_time_budget_stops_before_the_first_step_and_answers_from_the_questions_own_passages(tenk_index: Index
                                                                                             ) -> None:
     prediction, lm = run(tenk_index, [synthesize()], budgets=BudgetConfig(wall_clock_seconds=1e-9))
@@ -284,6 +299,7 @@ def test_time_budget_stops_before_the_first_step_and_answers_from_the_questions_
     assert "$15.01 billion" in prediction.answer and prediction.citations
 
 
+@pytest.mark.slow
 def test_unparseable_output_is_retried_then_degrades(tenk_index: Index) -> None:
     replies = [GARBAGE, GARBAGE, *step(), decide("FINISH"), synthesize()]
     prediction, lm = run(tenk_index, replies)
@@ -294,6 +310,7 @@ def test_unparseable_output_is_retried_then_degrades(tenk_index: Index) -> None:
     assert len(lm.history) == trajectory.lm_calls == 8
 
 
+@pytest.mark.slow
 def test_a_retry_that_parses_is_not_degraded(tenk_index: Index) -> None:
     replies = [plan("A?"), {"query": "q"}, GARBAGE, {"strategy": "vector", "reason": "r"}, *step()[2:],
                decide("FINISH"), synthesize()]
@@ -310,6 +327,7 @@ class FailingWeb:
         raise WebSearchError("Tavily rejected the API key (401)")
 
 
+@pytest.mark.slow
 def test_web_error_is_recorded_and_the_step_searches_the_documents(tenk_index: Index) -> None:
     replies = [plan("What is AMD's newest accelerator?", tool="search_web"), *step(), decide("FINISH"),
                synthesize()]
@@ -319,6 +337,7 @@ def test_web_error_is_recorded_and_the_step_searches_the_documents(tenk_index: I
     assert prediction.trajectory.web == "failing"
 
 
+@pytest.mark.slow
 def test_web_step_without_web_searches_the_documents(tenk_index: Index) -> None:
     replies = [plan("AMD news?", tool="search_web"), *step("AMD news"), decide("FINISH"), synthesize()]
     prediction, _ = run(tenk_index, replies)
@@ -336,6 +355,7 @@ class StaticWeb:
 NEWER = "What competition risks does NVIDIA list? Then find newer information about AMD's accelerators."
 
 
+@pytest.mark.slow
 def test_a_question_asking_for_newer_facts_sends_that_step_to_the_web(tenk_index: Index) -> None:
     replies = [plan("What competition risks does NVIDIA list?", "Find newer information about AMD's accelerators."),
                *step("NVIDIA competition risks"),
@@ -361,6 +381,7 @@ def test_a_question_asking_for_newer_facts_sends_that_step_to_the_web(tenk_index
     assert [s.tool for s in unrouted.steps] == ["search_docs", "search_docs"] and unrouted.guards == []
 
 
+@pytest.mark.slow
 def test_several_steps_answer_with_the_lead_then_each_new_finding_cited(tenk_index: Index) -> None:
     risk = "Competition from 9,999 rivals is a key risk."  # a figure no passage states: flagged, not dropped
     replies = [plan("Which competition risks are listed?", "What was Data Center revenue?"),
@@ -373,6 +394,7 @@ def test_several_steps_answer_with_the_lead_then_each_new_finding_cited(tenk_ind
     assert [f["reason"] for f in prediction.flagged] == ["the cited passage does not state this"]
 
 
+@pytest.mark.slow
 def test_without_a_web_the_plan_keeps_its_tools_and_the_policy_its_finish(tenk_index: Index) -> None:
     replies = [plan("What competition risks does NVIDIA list?", "Find newer information about AMD's accelerators."),
                *step(), decide("FINISH"), synthesize()]
@@ -403,6 +425,7 @@ def test_an_unsupported_sentence_cites_the_steps_passage_sharing_most_of_its_wor
     assert cited_from("NVIDIA pioneered accelerated computing.", [2, 1], [business, risks]).endswith("[1].")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("short_answer", "reason"), [
     ("$15.01 billion", None),
     ("seventy seven flying elephants", "no citation"),
@@ -415,6 +438,7 @@ def test_the_short_answer_is_cited_where_a_passage_states_it_and_flagged_where_n
     assert bool(prediction.citations) == (reason is None)
 
 
+@pytest.mark.slow
 def test_trajectory_is_versioned_json(tenk_index: Index) -> None:
     prediction, _ = run(tenk_index, [plan("A?"), *step(), decide("FINISH"), synthesize()])
     record = json.loads(json.dumps(prediction.trajectory.to_json()))

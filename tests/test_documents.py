@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TENK
 from dspy_rag.chunking import Chunk, chunk_document
 from dspy_rag.documents import Document, Section, drop_page_furniture, kind_of, parse, read_bytes, read_html
 from dspy_rag.errors import UserError
@@ -15,8 +14,8 @@ REQUIRED_ITEMS = ("Item 1.", "Item 1A.", "Item 2.", "Item 7.", "Item 7A.", "Item
 
 
 @pytest.fixture(scope="module")
-def tenk() -> Document:
-    return read_html(TENK.read_bytes(), str(TENK))
+def tenk(tenk_filing: Path) -> Document:
+    return read_html(tenk_filing.read_bytes(), str(tenk_filing))
 
 
 def assert_tiles(document: Document) -> None:

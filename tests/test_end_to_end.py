@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, TENK, free_port
+from conftest import free_port
 from conftest import run_cli as run
 from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
 
@@ -13,12 +13,12 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def tenk_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tenk_folder(tmp_path_factory: pytest.TempPathFactory, tenk_filing: Path) -> Path:
     folder = tmp_path_factory.mktemp("e2e")
-    ingest = run("ingest", str(TENK), "--json", cwd=folder)
+    ingest = run("ingest", str(tenk_filing), "--json", cwd=folder)
     assert ingest.returncode == 0, ingest.stderr
     report = json.loads(ingest.stdout)
-    sections = report["sections"][str(TENK.resolve())]
+    sections = report["sections"][str(tenk_filing.resolve())]
     for item in ("Item 1.", "Item 1A.", "Item 2.", "Item 7.", "Item 7A.", "Item 8."):
         assert any(s.startswith(item) for s in sections), item
     return folder
@@ -37,20 +37,21 @@ def test_ask_the_baseline_on_the_10k(tenk_folder: Path) -> None:
     assert result["lm_calls"] == 1 and result["prompt_tokens"] > 500 and result["completion_tokens"] > 5
 
 
-def test_ask_with_the_offline_web_snapshot(tenk_folder: Path) -> None:
+def test_ask_with_the_offline_web_snapshot(tenk_folder: Path, shared_data: Path, tenk_filing: Path) -> None:
     question = ("Identify NVIDIA's competition risks, then explain how AMD's MI300X MLPerf inference results "
                 "bear on one of them.")
-    ask = run("ask", "--pipeline", "baseline", "--json", "--web", str(DATA / "web-snapshot"), question,
+    ask = run("ask", "--pipeline", "baseline", "--json", "--web", str(shared_data / "web-snapshot"), question,
               cwd=tenk_folder)
     assert ask.returncode == 0, ask.stderr
     result = json.loads(ask.stdout)
     sources = {r["source"] for r in result["retrieved"]}
     assert result["web"] == {"provider": "snapshot", "error": None}
-    assert any("rocm-blog-2024-08-28" in s for s in sources) and str(TENK.resolve()) in sources
+    assert any("rocm-blog-2024-08-28" in s for s in sources) and str(tenk_filing.resolve()) in sources
     assert {c["chunk_id"] for c in result["citations"]} <= {r["id"] for r in result["retrieved"]}
 
 
-def test_a_failing_web_provider_is_reported_and_the_answer_comes_from_the_documents(tenk_folder: Path) -> None:
+def test_a_failing_web_provider_is_reported_and_the_answer_comes_from_the_documents(tenk_folder: Path,
+                                                                                     tenk_filing: Path) -> None:
     sentinel = "tvly-SENTINEL-e2e-5f4e3d"
     env = {"TAVILY_API_KEY": sentinel, "DSPY_RAG_WEB_TAVILY_BASE_URL": f"http://127.0.0.1:{free_port()}"}
     ask = run("ask", "--pipeline", "baseline", "--json", "--web", "tavily",
@@ -58,7 +59,7 @@ def test_a_failing_web_provider_is_reported_and_the_answer_comes_from_the_docume
     assert ask.returncode == 0, ask.stderr
     result = json.loads(ask.stdout)
     assert result["web"]["provider"] == "tavily" and "cannot reach Tavily" in result["web"]["error"]
-    assert result["answer"] and all(r["source"] == str(TENK.resolve()) for r in result["retrieved"])
+    assert result["answer"] and all(r["source"] == str(tenk_filing.resolve()) for r in result["retrieved"])
     assert sentinel not in ask.stdout + ask.stderr
 
 

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 IMPORT_EACH_ALONE = """
 import importlib, json, pkgutil, sys
 import dspy_rag
@@ -27,6 +29,7 @@ print(json.dumps({"modules": len(set(names)), "failed": failed}))
 """
 
 
+@pytest.mark.slow
 def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
     result = subprocess.run([sys.executable, "-c", IMPORT_EACH_ALONE], capture_output=True, text=True, timeout=300,
                             check=True)

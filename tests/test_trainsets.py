@@ -9,7 +9,6 @@ import huggingface_hub
 import pytest
 from typer.testing import CliRunner
 
-from conftest import DATA, TENK
 from dspy_rag.cli import app
 from dspy_rag.config import load_config
 from dspy_rag.errors import UserError
@@ -54,6 +53,7 @@ def test_the_shipped_sets_are_listed() -> None:
     assert available() == sorted(SIZES)
 
 
+@pytest.mark.usefixtures("shared_data")
 @pytest.mark.parametrize("name", sorted(SIZES))
 def test_every_shipped_set_loads_with_disjoint_train_and_dev_that_make_all(name: str) -> None:
     trainset = load_trainset(name)
@@ -64,6 +64,7 @@ def test_every_shipped_set_loads_with_disjoint_train_and_dev_that_make_all(name:
     assert len(trainset.content_hash) == 16 and int(trainset.content_hash, 16) >= 0
 
 
+@pytest.mark.usefixtures("shared_data")
 @pytest.mark.parametrize("name", HELD_OUT_SETS)
 def test_held_out_sets_hold_out_what_the_reranker_holds_out(name: str) -> None:
     trainset = load_trainset(name)
@@ -74,24 +75,24 @@ def test_held_out_sets_hold_out_what_the_reranker_holds_out(name: str) -> None:
     assert ids(trainset.questions("train")) == [q.id for q in everything if not is_held_out(q, share)]
 
 
-def test_the_10k_set_splits_by_its_split_field_and_names_the_filing_and_the_snapshot() -> None:
+def test_the_10k_set_splits_by_its_split_field_and_names_the_filing_and_the_snapshot(tenk_filing: Path) -> None:
     trainset = load_trainset("nvidia-10k")
     everything = trainset.questions("all")
     assert ids(trainset.questions("dev")) == [q.id for q in everything if q.split == "dev"]
     assert (len(trainset.questions("train")), len(trainset.questions("dev"))) == (32, 14)
-    assert trainset.index_folder == default_work_dir(TENK)
+    assert trainset.index_folder == default_work_dir(tenk_filing)
     assert trainset.passages == []
 
 
-def test_a_corpus_index_lives_where_bench_retrieval_keeps_it() -> None:
-    assert load_trainset("musique").index_folder == default_work_dir(DATA / "musique" / "corpus.json")
+def test_a_corpus_index_lives_where_bench_retrieval_keeps_it(shared_data: Path) -> None:
+    assert load_trainset("musique").index_folder == default_work_dir(shared_data / "musique" / "corpus.json")
 
 
-def test_eval_asks_the_same_dev_questions_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_eval_asks_the_same_dev_questions_as_before(monkeypatch: pytest.MonkeyPatch, shared_data: Path) -> None:
     monkeypatch.setattr(Trainset, "index", lambda self, config: f"index of {self.name}")
     monkeypatch.setattr(Trainset, "web", lambda self, config: self.definition.web)
     config = load_config(environ={})
-    _, musique = load_questions(DATA / "musique" / "questions.json")
+    _, musique = load_questions(shared_data / "musique" / "questions.json")
     loaded = load_set(load_trainset("musique"), config)
     assert ids(loaded.questions) == [q.id for q in musique if is_held_out(q, 0.3)]
     assert (loaded.index, loaded.web) == ("index of musique", None)
@@ -149,14 +150,15 @@ def test_an_unknown_name_lists_the_sets() -> None:
     assert all(name in str(raised.value) for name in SIZES)
 
 
-def test_a_missing_definition_or_data_file_says_where_it_looked_and_what_to_do(tmp_path: Path) -> None:
+def test_a_missing_definition_or_data_file_says_where_it_looked_and_what_to_do(tmp_path: Path,
+                                                                              shared_data: Path) -> None:
     with pytest.raises(UserError, match="does not exist"):
         load_trainset(str(tmp_path / "absent.yaml"))
     definition = write_set(tmp_path, questions="gone.jsonl")
     with pytest.raises(UserError) as raised:
         load_trainset(str(definition)).questions()
     message = str(raised.value)
-    assert str(tmp_path / "gone.jsonl") in message and str(DATA / "gone.jsonl") in message
+    assert str(tmp_path / "gone.jsonl") in message and str(shared_data / "gone.jsonl") in message
     assert "SHARED_DATA" in message
 
 
@@ -205,6 +207,7 @@ def test_the_hubs_multihop_rag_files_read_like_the_local_ones(tmp_path: Path) ->
     assert [(p.id, p.text) for p in load_corpus(tmp_path / "corpus.json")] == [("https://news.example/a", "A happened.")]
 
 
+@pytest.mark.usefixtures("shared_data")
 def test_the_command_lists_the_five_sets_with_their_sizes() -> None:
     result = CliRunner().invoke(app, ["trainsets", "--json"])
     assert result.exit_code == 0, result.output

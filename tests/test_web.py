@@ -10,7 +10,7 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from conftest import DATA, JsonServer, free_port, scratch_config
+from conftest import JsonServer, free_port, scratch_config
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
 from dspy_rag.pipelines.baseline import BaselineRAG
@@ -136,12 +136,13 @@ def test_empty_files_pipes_and_dangling_links_in_a_snapshot_folder_are_passed_ov
                                                  str((snapshot / "post.md").resolve())}
 
 
-def test_the_real_snapshot_finds_the_rocm_post() -> None:
-    search = SnapshotSearch(DATA / "web-snapshot", scratch_config(Path("unused")))
+def test_the_real_snapshot_finds_the_rocm_post(shared_data: Path) -> None:
+    search = SnapshotSearch(shared_data / "web-snapshot", scratch_config(Path("unused")))
     top = search.search("AMD Instinct MI300X MLPerf inference results", 3)
     assert any("rocm-blog-2024-08-28" in p.source for p in top)
 
 
+@pytest.mark.slow
 def test_the_baseline_answers_from_documents_when_the_web_fails(tenk_index: Index, tavily: FakeTavily) -> None:
     tavily.status = 429
     reply = {"evidence": "", "answer": "From the filing [1].", "cited_passages": [1], "short_answer": "filing"}
@@ -151,6 +152,7 @@ def test_the_baseline_answers_from_documents_when_the_web_fails(tenk_index: Inde
     assert len(result.passages) == 4 and all(p.source.endswith("nvda-20230129.htm") for p in result.passages)
 
 
+@pytest.mark.slow
 def test_the_baseline_fuses_web_results_with_documents(tenk_index: Index, tavily: FakeTavily) -> None:
     reply = {"evidence": "", "answer": "Both [1].", "cited_passages": [1], "short_answer": "both"}
     with dspy.context(lm=DummyLM([reply], adapter=dspy.JSONAdapter()), adapter=dspy.JSONAdapter()):
