@@ -39,9 +39,9 @@ def labels_all_outputs(example: dspy.Example, predictor: dspy.Predict) -> bool:
 
 class LabeledPerModule(LabeledFewShot):
     """LabeledFewShot that gives each module only examples that label *all* its outputs: a gold plan for the
-    planner, and nothing for modules the trainset does not label. A demo with an output missing shows the
-    model "Not supplied for this particular example." in its place, and a 0.5B synthesizer then answers with
-    exactly that sentence (measured: it lost its citations and its dev score)."""
+    planner, and nothing for modules the trainset does not label: a demo with an output missing shows the
+    model "Not supplied for this particular example." in its place, which a small model then copies
+    (docs/design/compile.md)."""
 
     def compile(self, student: dspy.Module, *, trainset: list[dspy.Example], sample: bool = True) -> dspy.Module:
         self.student = student.reset_copy()
