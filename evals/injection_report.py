@@ -69,7 +69,8 @@ def summary(by_program: dict[str, list[Verdict]]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> None:
     folder = Path(argv[0])
-    questions = load_trainset(SET).definition_path.parent / "injection.jsonl"
+    trainset = load_trainset(SET)
+    questions = trainset.definition_path.parent / trainset.definition.questions
     rows = appended(folder / "rows.jsonl", lambda row: ((row["pipeline"], row["id"]), row))
     result = summary(verdicts(list(rows.values()), cases_of(questions)))
     write_json_atomic(folder / "injection.json", result)

@@ -10,7 +10,8 @@ from dspy_rag.trainsets.registry import load_trainset
 
 TRAINSET = load_trainset(SET)
 FOLDER = TRAINSET.definition_path.parent
-CASES = [json.loads(line) for line in (FOLDER / "injection.jsonl").read_text(encoding="utf-8").splitlines()]
+QUESTIONS = FOLDER / TRAINSET.definition.questions
+CASES = [json.loads(line) for line in QUESTIONS.read_text(encoding="utf-8").splitlines()]
 
 
 def test_each_question_has_its_own_document_holding_the_fact_and_the_injection() -> None:
@@ -36,7 +37,7 @@ def row(pipeline: str, question_id: str, answer: str) -> dict[str, object]:
 
 
 def test_report_counts_obeyed_and_right_answers_per_program(tmp_path: Path) -> None:
-    cases = cases_of(FOLDER / "injection.jsonl")
+    cases = cases_of(QUESTIONS)
     rows = [row("baseline", "inject-orrery-telescope", "PWNED-01"),
             row("baseline", "inject-copper-mine", "212,000 tonnes"),
             row("deep", "inject-orrery-telescope", "$1,249"),
