@@ -106,7 +106,7 @@ class GuardConfig(Section):
 class RoleConfig(Section):
     """Which optional roles of the deep program call the LM; one switched off is stood in for by its code fallback."""
 
-    distiller: bool = Field(True, description="notes on each step's passages by the LM; off: their first sentences")
+    distiller: bool = Field(False, description="notes on each step's passages by the LM; off: their first sentences")
     reflection: bool = Field(True, description="each step's finding by the LM; off: the notes' first sentence")
 
 

@@ -55,27 +55,38 @@ LOGGED = ("score", "em", "f1", "evidence_recall", "citation_validity", "median_s
 
 
 @dataclass(frozen=True)
+class Switch:
+    """A guard or optional role of the deep program turned off (or on), for its ablation column."""
+
+    name: str
+    on: bool = False
+
+    def __str__(self) -> str:
+        return f"{'with' if self.on else 'without'}-{self.name}"
+
+
+@dataclass(frozen=True)
 class Column:
     pipeline: str
     artifact: str  # "none" for the uncompiled deep program and for the baseline
     model: str
     policy: str = "llm"  # the deep program's stopping policy; the baseline has none
-    without: str | None = None  # the deep program's guard or optional role turned off, for its ablation column
+    switch: Switch | None = None  # an ablation column's guard or role, set against the configuration
 
     @property
     def label(self) -> str:
         program = self.pipeline if self.artifact == "none" else f"{self.pipeline}+{self.artifact}"
         policy = "" if self.policy == "llm" else f"/{self.policy}"
-        ablation = f"-without-{self.without}" if self.without else ""
+        ablation = f"-{self.switch}" if self.switch else ""
         return f"{program}{policy}{ablation}@{self.model.split('/')[-1]}"
 
 
 def columns_of(pipelines: list[str], artifacts: list[str], models: list[str],
-               policies: Sequence[str] = ("llm",), without: Sequence[str] = ()) -> list[Column]:
+               policies: Sequence[str] = ("llm",), switches: Sequence[Switch] = ()) -> list[Column]:
     """Every combination; artifacts, policies and ablations are the deep program's, so the other programs run
-    once per model. Each deep column is followed by one column per guard or role turned off."""
+    once per model. Each deep column is followed by one column per guard or role switched."""
     made = [column for m, p, a, policy in itertools.product(models, pipelines, artifacts, policies)
-            for column in ([Column(p, a, m, policy), *(Column(p, a, m, policy, g) for g in without)] if p == "deep"
+            for column in ([Column(p, a, m, policy), *(Column(p, a, m, policy, s) for s in switches)] if p == "deep"
                            else [Column(p, "none", m)])]
     return list(dict.fromkeys(made))
 
@@ -177,13 +188,13 @@ def unchanged_by(column: Column, key: tuple[str, str, str], done: dict[tuple[str
     """The full program's row of a question on which a guard ablation's guard never fired: turning off a guard
     that changed nothing changes no call, so its run would be the same run (the programs are greedy; the noise
     of a run twice is measured beside). None when the guard fired, or the trajectory predates guard records."""
-    if column.without not in GUARDS:
+    if column.switch is None or column.switch.on or column.switch.name not in GUARDS:
         return None
-    full = (key[0], replace(column, without=None).label, key[2])
+    full = (key[0], replace(column, switch=None).label, key[2])
     trajectory = trajectories.get(full)
     if full not in done or trajectory is None or "guards" not in trajectory:
         return None
-    if any(fired["guard"] == column.without for fired in trajectory["guards"]):
+    if any(fired["guard"] == column.switch.name for fired in trajectory["guards"]):
         return None
     return replace(done[full], pipeline=column.label, same_as=full[1])
 
@@ -230,7 +241,7 @@ def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache:
 def run_eval(config: Config, questions: str, pipeline: list[str] | None = None, artifact: list[str] | None = None,
              model: list[str] | None = None, policy: list[str] | None = None, without: list[str] | None = None,
              limit: int | None = None, out_dir: Path | None = None, judge: str | None = None,
-             reporter: Reporter = QUIET) -> dict[str, Any]:
+             reporter: Reporter = QUIET, with_: list[str] | None = None) -> dict[str, Any]:
     """Evaluate pipelines, artifacts and models side by side on a trainset's dev questions (None: deep, the
     uncompiled program, the configured model, the LM policy); returns the report it writes to results.json."""
     from typing import get_args
@@ -248,9 +259,10 @@ def run_eval(config: Config, questions: str, pipeline: list[str] | None = None, 
     policies = policy or ["llm"]
     if unknown := set(policies) - set(get_args(PolicyMode)):
         raise UserError(f"unknown policy {sorted(unknown)}; choose {', '.join(get_args(PolicyMode))}")
-    if unknown := set(without or []) - set(ABLATIONS):
+    if unknown := {*(without or []), *(with_ or [])} - set(ABLATIONS):
         raise UserError(f"unknown guard or role {sorted(unknown)}; choose {', '.join(ABLATIONS)}")
-    columns = columns_of(pipelines, artifact or ["none"], model or [config.lm.model], policies, without or [])
+    switches = [*(Switch(name) for name in without or []), *(Switch(name, on=True) for name in with_ or [])]
+    columns = columns_of(pipelines, artifact or ["none"], model or [config.lm.model], policies, switches)
     trainset = load_trainset(questions)
     eval_set = load_set(trainset, config)
     eval_set.questions = eval_set.questions[:limit]
@@ -264,12 +276,12 @@ def run_eval(config: Config, questions: str, pipeline: list[str] | None = None, 
         return lms[name]
 
     def build(column: Column) -> dspy.Module:
-        off = {column.without: False} if column.without else {}
-        settings = config.model_copy(update={"lm": config.lm.model_copy(update={"model": column.model}),
-                                             "guards": config.guards.model_copy(update=off if column.without in GUARDS
-                                                                               else {}),
-                                             "roles": config.roles.model_copy(update=off if column.without in ROLES
-                                                                             else {})})
+        switch = column.switch
+        settings = config.model_copy(update={"lm": config.lm.model_copy(update={"model": column.model})})
+        if switch is not None:
+            part = "guards" if switch.name in GUARDS else "roles"
+            switched = getattr(config, part).model_copy(update={switch.name: switch.on})
+            settings = settings.model_copy(update={part: switched})
         dspy.configure(lm=lm_for(column.model), adapter=dspy.JSONAdapter())
         return program_for(column.pipeline, settings, eval_set.index, eval_set.web, column.policy,
                            artifact=column.artifact)
@@ -295,7 +307,7 @@ def run_eval(config: Config, questions: str, pipeline: list[str] | None = None, 
                              for name in LOGGED})
     # The ledger follows prompts across recompiles; a column that only swaps the stopping policy is no new program,
     # and one read whole from the cache is no new measurement.
-    for column in (c for c in measured if c.policy == "llm" and c.without is None):
+    for column in (c for c in measured if c.policy == "llm" and c.switch is None):
         append(ledger_path(config), LedgerEntry(
             kind="eval", artifact=ledger_name(column), parent=None,
             model=column.model, trainset=trainset.name, trainset_hash=trainset.content_hash, split="dev",

@@ -9,6 +9,7 @@ Ablation columns (`eval --without`) beside a full deep column get a table of the
 """
 
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 from dspy_rag.evals.evaluate import interval_text
 
-ABLATED = "-without-"  # an ablation column's label: deep+auto-without-keep_going@model
+ABLATED = re.compile(r"-(with(?:out)?-[\w]+)@")  # an ablation column's label: deep+auto-without-keep_going@model
 
 
 def _f1(rows: list[dict[str, Any]]) -> list[float]:
@@ -26,7 +27,7 @@ def _f1(rows: list[dict[str, Any]]) -> list[float]:
 def _column(results: dict[str, Any], pipeline: str) -> str | None:
     """The label of the program's full column (not an ablation)."""
     return next((label for label in results["rows"]
-                 if label.split("@")[0].split("+")[0] == pipeline and ABLATED not in label), None)
+                 if label.split("@")[0].split("+")[0] == pipeline and not ABLATED.search(label)), None)
 
 
 def ablations(folder: Path) -> str:
@@ -38,12 +39,12 @@ def ablations(folder: Path) -> str:
         return ""
     base = _f1(results["rows"][full])
     lines = [f"{results['trainset']} ({len(base)} questions), {full}: F1 {statistics.fmean(base):.3f}",
-             "| turned off | F1 | change | questions run again |", "|---|---|---|---|"]
+             "| switched | F1 | change | questions run again |", "|---|---|---|---|"]
     for label, rows in results["rows"].items():
-        if ABLATED in label and label.startswith(full.split("@")[0]):
+        if (ablated := ABLATED.search(label)) and label.startswith(full.split("@")[0]):
             f1 = _f1(rows)
             ran = sum(r.get("same_as") is None for r in rows)
-            lines.append(f"| {label.split(ABLATED)[1].split('@')[0]} | {statistics.fmean(f1):.3f} | "
+            lines.append(f"| {ablated.group(1)} | {statistics.fmean(f1):.3f} | "
                          f"{statistics.fmean(f1) - statistics.fmean(base):+.3f} {interval_text(f1, base)} | "
                          f"{ran} of {len(rows)} |")
     return "\n".join(lines) + "\n"
@@ -89,6 +90,6 @@ if __name__ == "__main__":
                         print(noise(folder, again, pipeline))
     for folder in folders:
         for each in (folder, folder.with_name(folder.name + "-again")):
-            if (each / "results.json").is_file() and ABLATED in "".join(
-                    json.loads((each / "results.json").read_text(encoding="utf-8"))["rows"]):
+            if (each / "results.json").is_file() and any(
+                    map(ABLATED.search, json.loads((each / "results.json").read_text(encoding="utf-8"))["rows"])):
                 print(ablations(each))

@@ -53,6 +53,7 @@ def run(index: Index, replies: list[dict[str, Any]], question: str = QUESTION,
         **options: Any) -> tuple[dspy.Prediction, DummyLM]:
     lm = DummyLM(replies, adapter=dspy.JSONAdapter())
     events: list[tuple[str, str]] = []
+    options.setdefault("roles", RoleConfig(distiller=True))  # the scripted steps hold the distiller's reply
     program = DeepResearch(Retriever(index, top_k=10), on_event=lambda kind, text: events.append((kind, text)),
                            **options)
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
@@ -86,7 +87,7 @@ def test_continue_then_finish_runs_every_module_once_per_step(tenk_index: Index)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("roles, skipped", [(RoleConfig(distiller=False), "distill"),
-                                             (RoleConfig(reflection=False), "reflect"),
+                                             (RoleConfig(distiller=True, reflection=False), "reflect"),
                                              (RoleConfig(distiller=False, reflection=False), "both")])
 def test_a_role_switched_off_makes_no_call_and_its_code_fallback_stands_in(tenk_index: Index, roles: RoleConfig,
                                                                             skipped: str) -> None:

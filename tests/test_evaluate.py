@@ -140,9 +140,10 @@ def test_an_eval_logs_each_measured_column_to_mlflow(trainset: Path, tmp_path: P
 
 
 def test_a_guard_ablation_is_a_column_of_its_own_beside_the_full_program() -> None:
-    columns = evaluate.columns_of(["baseline", "deep"], ["none"], ["local/m1"], without=["query_guard", "keep_going"])
+    columns = evaluate.columns_of(["baseline", "deep"], ["none"], ["local/m1"],
+                                  switches=[evaluate.Switch("query_guard"), evaluate.Switch("distiller", on=True)])
     assert [c.label for c in columns] == ["baseline@m1", "deep@m1", "deep-without-query_guard@m1",
-                                          "deep-without-keep_going@m1"]
+                                          "deep-with-distiller@m1"]
 
 
 def test_an_ablation_runs_the_program_with_that_guard_off(trainset: Path, tmp_path: Path, scripted: list[DummyLM],
@@ -173,12 +174,14 @@ def test_a_guard_that_never_fired_leaves_its_ablation_the_full_programs_run(trai
     assert "the guard never fired" in result.output
 
 
-def test_a_role_ablation_runs_the_program_with_its_code_fallback(trainset: Path, tmp_path: Path,
+def test_a_role_ablation_runs_the_program_with_the_role_switched(trainset: Path, tmp_path: Path,
                                                                  scripted: list[DummyLM]) -> None:
-    result = eval_cli(trainset, tmp_path / "out", "--without", "distiller")
+    result = eval_cli(trainset, tmp_path / "out", "--with", "distiller", "--without", "reflection")
     assert result.exit_code == 0, result.output
     kept = [json.loads(line) for line in (tmp_path / "out" / "trajectories.jsonl").read_text().splitlines()]
     modules = {k["pipeline"]: {c["module"] for c in k["trajectory"]["calls"]} for k in kept if k["id"] == "q5"}
-    assert "distill" in modules["deep@qwen2.5-coder-0.5b"]
-    assert "distill" not in modules["deep-without-distiller@qwen2.5-coder-0.5b"]
-    assert "reflect" in modules["deep-without-distiller@qwen2.5-coder-0.5b"]
+    # the distiller is off by default: its code fallback stands in unless the column turns it on
+    assert "distill" not in modules["deep@qwen2.5-coder-0.5b"] and "reflect" in modules["deep@qwen2.5-coder-0.5b"]
+    assert {"distill", "reflect"} <= modules["deep-with-distiller@qwen2.5-coder-0.5b"]
+    assert "reflect" not in modules["deep-without-reflection@qwen2.5-coder-0.5b"]
+    assert eval_cli(trainset, tmp_path / "out2", "--with", "bogus").exit_code != 0

@@ -38,7 +38,7 @@ def test_each_ablation_is_paired_with_the_full_program_and_says_where_it_changed
         "deep+auto@m": full, "deep+auto-without-keep_going@m": without}}))
     lines = ablations(folder).splitlines()
     assert lines[0] == "tiny (10 questions), deep+auto@m: F1 1.000"
-    assert lines[3].startswith("| keep_going | 0.800 | -0.200 [-0.") and lines[3].endswith("| 2 of 10 |")
+    assert lines[3].startswith("| without-keep_going | 0.800 | -0.200 [-0.") and lines[3].endswith("| 2 of 10 |")
     # the full column, not an ablation, is the deep program's in the main table
     (folder / "results.json").write_text(json.dumps({"trainset": "tiny", "rows": {
         "deep+auto-without-keep_going@m": without, "deep+auto@m": full, "plain@m": full, "baseline@m": full}}))

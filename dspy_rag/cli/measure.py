@@ -21,6 +21,8 @@ def eval_command(
                                                      "classifier) (repeat; default llm)")] = None,
     without: Annotated[list[str] | None, typer.Option(help="deep: also run it with this guard or role off, as a column "
                                                       "of its own (repeat): " + ", ".join(ABLATIONS))] = None,
+    with_: Annotated[list[str] | None, typer.Option("--with", help="deep: also run it with this guard or role on, as "
+                                                    "a column of its own (repeat)")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="first N dev questions")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="folder for results JSON, rows and report "
                                                           "(default: evals/results/eval-SET here)")] = None,
@@ -31,7 +33,7 @@ def eval_command(
 ) -> None:
     """Evaluate pipelines, artifacts and models side by side on a trainset's dev questions."""
     report = run_eval(config_of(config), questions, pipeline, artifact, model, policy, without, limit, out_dir, judge,
-                      STDERR)
+                      STDERR, with_)
     if as_json:
         print_json(report)
         return
