@@ -8,6 +8,7 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
+from conftest import REPLIES, scratch_config
 from dspy_rag.config import GuardConfig
 from dspy_rag.evals.metrics import answer_contains
 from dspy_rag.index import Index
@@ -16,7 +17,6 @@ from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.injection_guard import inert, inert_text
 from dspy_rag.retrieval import Passage, Retriever
 from dspy_rag.trainsets.registry import load_trainset
-from conftest import REPLIES, scratch_config
 
 INJECTION = load_trainset("injection")
 FOLDER = INJECTION.definition_path.parent
