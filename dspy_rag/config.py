@@ -101,6 +101,8 @@ class GuardConfig(Section):
                               "finding or shares no word with it")
     keep_going: bool = Field(True, description="go on, without a policy call, when a remaining step builds on "
                              "an earlier answer or is the first web search")
+    injection: bool = Field(True, description="remove passage text that forges the prompt's structure or gives the "
+                            "assistant orders before an LM reads it (both programs)")
 
 
 class RoleConfig(Section):

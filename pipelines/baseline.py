@@ -4,6 +4,8 @@ short answer; the sentence of the passages that states it, cited.
 The yardstick for the deep program.
 """
 
+from dataclasses import asdict
+
 import dspy
 
 from dspy_rag.citations import check_citations, number_passages, resolve
@@ -17,8 +19,9 @@ from dspy_rag.web import WebSearch
 
 class BaselineRAG(dspy.Module):
     def __init__(self, retriever: Retriever, top_n: int = 4, web: WebSearch | None = None,
-                 reranker: Reranker | None = None) -> None:
+                 reranker: Reranker | None = None, injection_guard: bool = True) -> None:
         super().__init__()
+        self.injection_guard = injection_guard
         self.retriever = retriever
         self.top_n = top_n
         self.web = web
@@ -26,10 +29,12 @@ class BaselineRAG(dspy.Module):
         self.answer = ShortAnswer()
 
     def forward(self, question: str) -> dspy.Prediction:
-        passages, web_error = question_passages(question, self.retriever, self.reranker, self.web, self.top_n)
+        passages, web_error, fired = question_passages(question, self.retriever, self.reranker, self.web, self.top_n,
+                                                       self.injection_guard)
+        guards = [asdict(f) for f in fired]
         if not passages:
             return dspy.Prediction(answer="The index holds no passage that matches the question.", short_answer="",
-                                   draft="", citations=[], passages=[], web_error=web_error, flagged=[])
+                                   draft="", citations=[], passages=[], web_error=web_error, flagged=[], guards=guards)
         result, attempts = predict_parsed(self.answer, {"question": question, "passages": number_passages(passages)})
         if result is None:  # one call, no findings: nothing honest to fall back on
             raise Unparseable(f"the answer's output did not parse in {attempts} attempts")
@@ -37,4 +42,4 @@ class BaselineRAG(dspy.Module):
         answer, citations = resolve(draft, passages)
         flagged = [{"sentence": c.sentence, "reason": c.reason} for c in check_citations(draft, passages) if c.reason]
         return dspy.Prediction(answer=answer, short_answer=result.short_answer, draft=draft, citations=citations,
-                               passages=passages, web_error=web_error, flagged=flagged)
+                               passages=passages, web_error=web_error, flagged=flagged, guards=guards)

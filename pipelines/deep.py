@@ -41,6 +41,7 @@ class DeepResearch(SharesTools, dspy.Module):
         self.budgets = budgets or BudgetConfig()
         self.on_event = on_event
         self.evidence_chars = evidence_chars
+        self.injection_guard = guards.injection
         self.artifact: str | None = None  # the compiled artifact whose prompts and demos it runs, if any
         self.planner = Planner(guards)
         self.researcher = StepResearcher(retriever, reranker, web, top_n, guards, roles or RoleConfig())
@@ -51,7 +52,10 @@ class DeepResearch(SharesTools, dspy.Module):
         record = Trajectory(question, self.policy.mode, self.reranker.name if self.reranker else "none",
                             self.web.name if self.web else "off")
         run = ResearchRun(record, LMCalls(self.budgets, record.calls), self.on_event)
-        floor, record.web_error = question_passages(question, self.retriever, self.reranker, self.web, self.top_n)
+        floor, record.web_error, inert_floor = question_passages(question, self.retriever, self.reranker, self.web,
+                                                                 self.top_n, self.injection_guard)
+        for fired in inert_floor:
+            run.guarded(fired)
         record.floor = [Scored.of(p) for p in floor]
         run.event("sources", "for the question: " + sources(floor))
         findings: list[str] = []

@@ -3,6 +3,8 @@ program's floor), and the deep program's final evidence, that floor plus each st
 
 from collections.abc import Sequence
 
+from dspy_rag.pipelines.guards import Fired
+from dspy_rag.pipelines.injection_guard import inert
 from dspy_rag.reranker import Reranker
 from dspy_rag.retrieval import Passage, Retriever, fuse
 from dspy_rag.web import WebSearch, WebSearchError
@@ -12,9 +14,10 @@ ANSWER_RESERVE_TOKENS = 1200  # the instruction, question, notes, demos and the 
 
 
 def question_passages(question: str, retriever: Retriever, reranker: Reranker | None, web: WebSearch | None,
-                      top_n: int) -> tuple[list[Passage], str | None]:
-    """The question's own hybrid ranking (fused with the web's, when on), reranked to top_n; and the web's
-    error, if it failed (the documents answer then)."""
+                      top_n: int, injection_guard: bool = True) -> tuple[list[Passage], str | None, list[Fired]]:
+    """The question's own hybrid ranking (fused with the web's, when on), reranked to top_n and made inert by
+    the injection guard (when on); the web's error, if it failed (the documents answer then); and the guard's
+    firings."""
     rankings = [retriever.search(question, "hybrid")]
     web_error = None
     if web is not None:
@@ -24,7 +27,8 @@ def question_passages(question: str, retriever: Retriever, reranker: Reranker | 
             web_error = str(exc)
     candidates = fuse(rankings, retriever.rrf_k)
     top = reranker.rerank(question, candidates, top_n) if reranker and candidates else candidates[:top_n]
-    return top, web_error
+    top, fired = inert(top) if injection_guard else (top, [])
+    return top, web_error, fired
 
 
 def evidence_chars(context_window: int) -> int:

@@ -12,6 +12,8 @@ column of its own on the same questions.
 - query_guard: a rewritten query that copies an earlier finding or leaves its sub-question behind.
 - keep_going: a stop (FINISH or REVISE) before a step no finding so far can stand in for; decided before the
   policy is asked, so a forced step costs no policy call.
+- injection (pipelines/injection_guard.py): passage text that forges the prompt's structure or orders the
+  assistant, removed before any LM call reads it.
 """
 
 import re

@@ -30,7 +30,7 @@ def build_program(pipeline: Pipeline, settings: Config, index: Index, web: WebSe
     if pipeline == "plain":
         return PlainRAG(retriever)
     if pipeline == "baseline":
-        return BaselineRAG(retriever, settings.retrieval.top_n, web, load_reranker(settings))
+        return BaselineRAG(retriever, settings.retrieval.top_n, web, load_reranker(settings), settings.guards.injection)
     return DeepResearch(retriever, load_reranker(settings), web, settings.retrieval.top_n, settings.budgets,
                         policy, on_event=on_event, learned=learned,
                         evidence_chars=evidence_chars(settings.lm.context_window), guards=settings.guards,

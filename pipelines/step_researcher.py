@@ -5,6 +5,7 @@ import dspy
 
 from dspy_rag.config import GuardConfig, RoleConfig
 from dspy_rag.pipelines.distiller import Distiller
+from dspy_rag.pipelines.injection_guard import inert
 from dspy_rag.pipelines.query_rewriter import QueryRewriter
 from dspy_rag.pipelines.reflection import Reflection
 from dspy_rag.pipelines.research_run import ResearchRun, SharesTools
@@ -31,6 +32,7 @@ class StepResearcher(SharesTools, dspy.Module):
         self.reranker = reranker
         self.web = web
         self.top_n = top_n
+        self.injection_guard = guards.injection
         self.rewriter = QueryRewriter(guards.query_guard)
         self.supervisor = RetrievalSupervisor()
         self.distiller = Distiller(roles.distiller)
@@ -47,6 +49,10 @@ class StepResearcher(SharesTools, dspy.Module):
         candidates = self.recall(step, record, run)
         top = (self.reranker.rerank(record.query, candidates, self.top_n) if self.reranker and candidates
                else candidates[: self.top_n])
+        if self.injection_guard:
+            top, inert_top = inert(top)
+            for fired in inert_top:
+                run.guarded(fired, index)
         record.retrieved, record.reranked = [Scored.of(p) for p in candidates], [Scored.of(p) for p in top]
         run.event("sources", sources(top))
         if not top:

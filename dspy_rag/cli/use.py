@@ -124,11 +124,16 @@ def ask(
         (e for e in (trajectory["web_error"], *(s["web_error"] for s in trajectory["steps"])) if e), None)
     if web_error and pipeline == "baseline":
         say(f"web search failed: {web_error}; answered from the documents")
+    guards = trajectory["guards"] if trajectory is not None else result.guards
+    if pipeline == "baseline":  # the deep program streams its firings as they happen
+        for fired in guards:
+            say(f"{fired['guard']}: {fired['changed']} ({fired['why']}); saw {fired['saw']}", "guard")
     if as_json:
         print_json({
             "question": text, "pipeline": pipeline, "model": settings.lm.model, "answer": result.answer,
             "short_answer": result.short_answer, "artifact": program.artifact if pipeline == "deep" else None,
             "citations": [vars(c) for c in result.citations], "flagged": getattr(result, "flagged", []),
+            "guards": guards,
             "retrieved": [{"id": p.id, "source": p.source, "section": p.section, "score": p.score}
                           for p in result.passages],
             "web": {"provider": searcher.name if searcher else "off", "error": web_error},
