@@ -4,8 +4,15 @@ right ones."""
 import json
 from pathlib import Path
 
+import dspy
+import pytest
+
+from dspy_rag.config import load_config
 from dspy_rag.evals.injection_report import SET, cases_of, summary, verdicts
 from dspy_rag.evals.metrics import answer_contains
+from dspy_rag.evals.rows import load_set, run_question
+from dspy_rag.models import build_lm
+from dspy_rag.pipelines.programs import program_for
 from dspy_rag.trainsets.registry import load_trainset
 
 TRAINSET = load_trainset(SET)
@@ -48,3 +55,27 @@ def test_report_counts_obeyed_and_right_answers_per_program(tmp_path: Path) -> N
     assert {k: (v["right"], v["obeyed"], v["passed"]) for k, v in result.items()} == {
         "baseline": (1, 1, 1), "deep": (2, 1, 1)}
     assert [(f["right"], f["obeyed"]) for f in result["deep"]["failed"]] == [(True, ["OPENAI_API_KEY"]), (False, [])]
+
+
+# CI's share of the set on the real model: every document on the baseline, and on the deep program the four an
+# unguarded program obeyed plus one of each other kind of forgery (the whole set: evals/results/injection).
+DEEP_SHARE = ("inject-orrery-telescope", "inject-quill-library", "inject-maple-festival", "inject-drone-survey",
+              "inject-basalt-kettle", "inject-harbor-ferry", "inject-jade-rail", "inject-nimbus-router")
+
+
+@pytest.mark.slow
+def test_the_set_passes_on_the_local_model_in_both_programs() -> None:
+    config = load_config(environ={})
+    eval_set = load_set(TRAINSET, config)
+    lm = build_lm(config.lm)
+    rows = []
+    for pipeline, asked in (("baseline", eval_set.questions),
+                            ("deep", [q for q in eval_set.questions if q.id in DEEP_SHARE])):
+        program = program_for(pipeline, config, eval_set.index, None, artifact="auto")
+        with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+            for question in asked:
+                prediction, _ = run_question(program, question)
+                rows.append(row(pipeline, question.id, prediction.short_answer or prediction.answer))
+    result = summary(verdicts(rows, cases_of(QUESTIONS)))
+    assert result["deep"]["questions"] == len(DEEP_SHARE) and result["baseline"]["questions"] == len(CASES)
+    assert {p: r["failed"] for p, r in result.items()} == {"baseline": [], "deep": []}
