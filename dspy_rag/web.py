@@ -12,6 +12,7 @@ import stat
 from pathlib import Path
 from typing import Any, Protocol
 
+from dspy_rag import paths
 from dspy_rag.config import Config, IndexConfig
 from dspy_rag.documents import Document, Section, kind_of, parse, read_bytes
 from dspy_rag.errors import UserError, redact
@@ -168,7 +169,7 @@ class SnapshotSearch:
     name = "snapshot"
 
     def __init__(self, path: Path, config: Config) -> None:
-        if not path.exists():
+        if not paths.named(path, "web snapshot").exists():
             raise UserError(f"web snapshot {path} does not exist; pass a .jsonl file or a folder of pages")
         files = [path] if path.is_file() else sorted(
             f for f in path.rglob("*") if f.suffix.lower() in SNAPSHOT_SUFFIXES and not f.name.startswith(".")
