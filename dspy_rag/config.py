@@ -219,7 +219,8 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     section, _, field = dotted.partition(".")
     tree.setdefault(section, {})
     if not isinstance(tree[section], dict):
-        raise UserError(f"configuration section '{section}' must be a mapping, not {type(tree[section]).__name__}")
+        raise UserError(f"configuration section '{section}' must be a mapping, not {type(tree[section]).__name__}; "
+                        f"write it as `{section}:` over indented `field: value` lines")
     tree[section][field] = value
 
 
@@ -245,13 +246,19 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise UserError(f"cannot read configuration file {path}: {exc.strerror}") from exc
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise UserError(f"configuration file {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        raise UserError(f"cannot read configuration file {path}: {exc.strerror}; check its permissions") from exc
+    except UnicodeDecodeError as exc:
+        raise UserError(f"configuration file {path} is not UTF-8 text; save it as UTF-8") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"configuration file {path} is not valid YAML{where} ({problem}); fix it there") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise UserError(f"configuration file {path} must hold a mapping of sections (lm:, index:, ...)")
+        raise UserError(f"configuration file {path} must hold a mapping of sections; start it with `lm:`, `index:` "
+                        "or another section of `dspy-rag config`")
     return data
 
 

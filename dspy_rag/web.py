@@ -133,14 +133,19 @@ def snapshot_documents(files: list[Path]) -> list[Document]:
     documents = []
     for file in files:
         if file.suffix == ".jsonl":
-            for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            try:
+                lines = file.read_text(encoding="utf-8").splitlines()
+            except UnicodeDecodeError as exc:
+                raise UserError(f"{file} is not UTF-8 text; save the snapshot as UTF-8 JSON lines") from exc
+            for number, line in enumerate(lines, start=1):
                 if not line.strip():
                     continue
                 try:
                     record: dict[str, Any] = json.loads(line)
                     url, content = record["url"], record["content"]
                 except (ValueError, KeyError, TypeError) as exc:
-                    raise UserError(f"{file}:{number} is not a snapshot record with url and content") from exc
+                    raise UserError(f"{file}:{number} is not a snapshot record with url and content; write each line "
+                                    "as a JSON object with both") from exc
                 title = record.get("title") or url
                 published = record.get("published_at") or record.get("published_date")
                 documents.append(_whole(url, "web", f"{title}\n{content}", dated_label(title, _day(published))))
@@ -201,7 +206,7 @@ def web_search(config: Config, choice: str | None = None) -> WebSearch | None:
                 raise UserError("web.provider is snapshot but web.snapshot_path is not set; set it or use --web PATH")
             choice = str(config.web.snapshot_path)
     if not choice.strip():  # an empty path would make the working folder the snapshot
-        raise UserError("--web needs tavily, off, or the PATH of a snapshot (.jsonl file or folder of pages)")
+        raise UserError("--web is empty; pass tavily, off, or the PATH of a snapshot (.jsonl file or folder of pages)")
     if choice == "off":
         return None
     if choice == "tavily":

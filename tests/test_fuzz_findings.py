@@ -98,3 +98,60 @@ def test_a_folder_that_holds_no_model_is_no_reranker(tmp_path: Path) -> None:
     with pytest.raises(UserError) as refused:
         CrossEncoderReranker(str(tmp_path))
     assert_refused_with_a_remedy(refused, "retrieval.reranker: none")
+
+
+# --- error lines that said what was wrong but not what to do, or let the terminal act on what they echoed -------
+
+ERROR_LINES: list[Finding] = [
+    (("config", "--config", "\x1b[31mred\u202e.yaml"), {}, {}, ("\\x1b[31mred\\u202e.yaml",)),
+    (("config",), {}, {"dspy-rag.yaml": "lm: ["}, ("line 1, column 6", "fix it there")),
+    (("config",), {}, {"dspy-rag.yaml": "42"}, ("start it with `lm:`",)),
+    (("config",), {}, {"dspy-rag.yaml": "lm: {model: \udcff}"}, ("not UTF-8", "save it as UTF-8")),
+    (("config",), {"DSPY_RAG_LM_MODEL": "openai/x"}, {"dspy-rag.yaml": "lm: [a]"}, ("must be a mapping", "write it as")),
+    (("compile", "--trainset", "nvidia-10k", "--set", "demos"), {}, {}, ("e.g. --set demos=3",)),
+    (("compile", "--trainset", "nvidia-10k", "--weight", "f1"), {}, {}, ("e.g. --weight f1=0.6",)),
+    (("compile", "--trainset", "nvidia-10k", "--weight", "em=0"), {}, {}, ("at least one positive", "e.g. --weight")),
+    (("compile", "--trainset", "nvidia-10k", "--set", "k=2"), {}, {}, ("no setting k", "choose from demos")),
+    (("compile", "--trainset", "notes.md"), {}, {"notes.md": "x"}, ("at 'top level'", "see the shipped ones")),
+    (("compile", "--trainset", "binary.yaml"), {}, {"binary.yaml": "\udcff\udcfe"}, ("not UTF-8", "pass a YAML")),
+    (("train-reranker", "--questions", "q.jsonl", "--corpus", "q.jsonl", "--name", "a/b"), {}, {},
+     ("e.g. --name minilm",)),
+    (("ingest", "empty.md"), {}, {"empty.md": ""}, ("no text to ingest", "check that it is the file you meant")),
+    (("ingest", "fake.pdf"), {}, {"fake.pdf": "x"}, ("not a PDF", "rename it")),
+]
+
+
+@pytest.mark.parametrize("finding", ERROR_LINES)
+def test_an_error_line_says_what_to_do_and_shows_what_it_echoes_as_written(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, finding: Finding) -> None:
+    run_finding(monkeypatch, tmp_path, finding)
+
+
+@pytest.mark.parametrize("data, needles", [(b'{"url": "u"}\n', ("s.jsonl:1 is not a snapshot record", "write each line")),
+                                           (b"\xff\n", ("not UTF-8 text", "save the snapshot as UTF-8"))])
+def test_a_snapshot_line_that_is_no_record_is_refused(tmp_path: Path, data: bytes, needles: tuple[str, ...]) -> None:
+    from dspy_rag.web import snapshot_documents
+
+    (tmp_path / "s.jsonl").write_bytes(data)
+    with pytest.raises(UserError) as refused:
+        snapshot_documents([tmp_path / "s.jsonl"])
+    assert_refused_with_a_remedy(refused, *needles)
+
+
+def test_an_empty_web_choice_is_refused() -> None:
+    from dspy_rag.config import load_config
+    from dspy_rag.web import web_search
+
+    with pytest.raises(UserError) as refused:
+        web_search(load_config(environ={}), " ")
+    assert_refused_with_a_remedy(refused, "--web is empty", "pass tavily, off, or the PATH")
+
+
+def test_a_missing_api_key_is_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dspy_rag.config import LMConfig
+    from dspy_rag.models import build_lm
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(UserError) as refused:
+        build_lm(LMConfig(model="openai/gpt-4o-mini"))
+    assert_refused_with_a_remedy(refused, "needs OPENAI_API_KEY; set it in the environment")

@@ -213,9 +213,12 @@ def load_trainset(name_or_path: str) -> Trainset:
         definition = Definition.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
     except yaml.YAMLError as exc:
         raise UserError(f"{path} is not valid YAML ({type(exc).__name__}); check its syntax") from exc
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path} is not UTF-8 text, so no trainset definition; pass a YAML definition") from exc
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "top level"
-        raise UserError(f"invalid trainset definition {path} at '{where}': {first['msg']}") from exc
+        raise UserError(f"invalid trainset definition {path} at '{where}': {first['msg']}; see the shipped ones in "
+                        f"{DEFINITIONS} for the fields") from exc
     return Trainset(definition, path.resolve())
 
