@@ -103,6 +103,14 @@ def file_contents(files: list[str]) -> dict[str, str]:
         return {}
 
 
+def _leads_to_a_file(link: Path) -> bool:
+    """A symlink to a file; one that leads nowhere, or through a place we may not look, leads to none."""
+    try:
+        return link.is_file()
+    except OSError:
+        return False
+
+
 def expand_inputs(inputs: list[str]) -> tuple[list[str], list[str]]:
     """Files and URLs to ingest, and files skipped in folders because their type is unsupported.
 
@@ -117,11 +125,13 @@ def expand_inputs(inputs: list[str]) -> tuple[list[str], list[str]]:
             continue
         path = paths.named(Path(item), "ingest input")
         if path.is_dir():
+            if paths.in_system_folder(path):  # /proc alone holds every process's files, few of them readable
+                raise UserError(f"{item} is a system folder; ingest a folder of your documents")
             for root, dirs, files in os.walk(path, followlinks=False):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for name in sorted(files):
                     file = Path(root) / name
-                    if name.startswith(".") or file.is_symlink() and not file.is_file():
+                    if name.startswith(".") or file.is_symlink() and not _leads_to_a_file(file):
                         continue
                     (found if file.suffix.lower() in SUPPORTED_SUFFIXES else skipped).append(str(file))
         elif not path.exists():

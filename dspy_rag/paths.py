@@ -33,14 +33,20 @@ def name_problem(path: Path) -> str | None:
     return None
 
 
+def in_system_folder(path: Path) -> bool:
+    """`path` is /proc, /sys or /dev, or lies in one: the system's own, never a user's documents or data."""
+    absolute = path.absolute()
+    return any(absolute == folder or folder in absolute.parents for folder in SYSTEM_FOLDERS)
+
+
 def folder_problem(path: Path, purpose: str) -> str | None:
     """Why `path` cannot be a folder `purpose` is kept in (a name too long, a system folder, a file or a place
     under one), or None when it can."""
     if problem := name_problem(path):
         return problem
-    absolute = path.absolute()
-    if any(absolute == folder or folder in absolute.parents for folder in SYSTEM_FOLDERS):
+    if in_system_folder(path):
         return f"{shown(path)} is in a system folder; name a folder of your own for {purpose}"
+    absolute = path.absolute()
     for place in (absolute, *absolute.parents):
         if place.exists() and not place.is_dir():
             where = "is" if place == absolute else f"lies under {shown(place)}, which is"

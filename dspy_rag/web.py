@@ -180,7 +180,8 @@ class SnapshotSearch:
             f for f in path.rglob("*") if f.suffix.lower() in SNAPSHOT_SUFFIXES and not f.name.startswith(".")
             and _a_page(f))
         if not files:
-            raise UserError(f"web snapshot {path} holds no .jsonl, .md, .txt or .html files")
+            raise UserError(f"web snapshot {path} holds no .jsonl, .md, .txt or .html files; pass a folder of pages "
+                            "or a .jsonl file")
         digest = hashlib.sha256()
         for file in files:
             digest.update(file.name.encode() + read_bytes(file))

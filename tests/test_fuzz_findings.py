@@ -58,12 +58,23 @@ PATHS: list[Finding] = [
     (("models", "--prepare", "local/qwen2.5-coder-0.5b"), {"DSPY_RAG_CACHE": "notes.md"}, {"notes.md": "x"},
      ("DSPY_RAG_CACHE", "is a file", "name a folder for the cache")),
     (("config",), {"DSPY_RAG_ARTIFACTS_PATH": "notes.md/sub"}, {"notes.md": "x"}, ("name a folder for the artifacts",)),
+    # walking /proc met a link no one may follow (PermissionError), after listing every process's files
+    (("ingest", "/proc"), {}, {}, ("/proc is a system folder", "ingest a folder of your documents")),
 ]
 
 
 @pytest.mark.parametrize("finding", PATHS)
 def test_a_path_is_checked_where_it_enters(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, finding: Finding) -> None:
     run_finding(monkeypatch, tmp_path, finding)
+
+
+def test_a_link_in_a_folder_that_may_not_be_followed_is_skipped_like_a_dangling_one(tmp_path: Path) -> None:
+    from dspy_rag.index import expand_inputs
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\nText.\n")
+    (tmp_path / "docs" / "b.md").symlink_to("/proc/1/cwd/b.md")  # init's folder: EACCES unless we may trace it
+    assert expand_inputs([str(tmp_path / "docs")]) == ([str(tmp_path / "docs" / "a.md")], [])
 
 
 def test_auto_finds_no_artifact_for_a_model_no_folder_can_be_named_after(tmp_path: Path) -> None:
@@ -136,6 +147,15 @@ def test_a_snapshot_line_that_is_no_record_is_refused(tmp_path: Path, data: byte
     with pytest.raises(UserError) as refused:
         snapshot_documents([tmp_path / "s.jsonl"])
     assert_refused_with_a_remedy(refused, *needles)
+
+
+def test_a_snapshot_folder_without_pages_is_refused(tmp_path: Path) -> None:
+    from dspy_rag.config import load_config
+    from dspy_rag.web import web_search
+
+    with pytest.raises(UserError) as refused:
+        web_search(load_config(environ={}), str(tmp_path))
+    assert_refused_with_a_remedy(refused, "holds no .jsonl", "pass a folder of pages")
 
 
 def test_an_empty_web_choice_is_refused() -> None:
