@@ -54,6 +54,18 @@ def folder_problem(path: Path, purpose: str) -> str | None:
     return None
 
 
+def output_file(path: Path, what: str) -> Path:
+    """`path`, or a UserError naming `what` when no file can be written there (a name too long, a folder, in a
+    folder that cannot be one): checked before the work whose result it will hold, not after."""
+    if problem := name_problem(path):
+        raise UserError(f"{what} {problem}")
+    if problem := folder_problem(path.parent, f"the file of {what}"):
+        raise UserError(f"{what}: {problem}")
+    if path.is_dir():
+        raise UserError(f"{what} {shown(path)} is a folder; name a file in it")
+    return path
+
+
 def named(path: Path, what: str) -> Path:
     """`path`, or a UserError naming `what` (the option, setting or variable it came from) when no file system
     can hold its name."""

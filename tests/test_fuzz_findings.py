@@ -58,6 +58,13 @@ PATHS: list[Finding] = [
     (("models", "--prepare", "local/qwen2.5-coder-0.5b"), {"DSPY_RAG_CACHE": "notes.md"}, {"notes.md": "x"},
      ("DSPY_RAG_CACHE", "is a file", "name a folder for the cache")),
     (("config",), {"DSPY_RAG_ARTIFACTS_PATH": "notes.md/sub"}, {"notes.md": "x"}, ("name a folder for the artifacts",)),
+    # an output option that names no place for a file failed only once the work was done, after an hour of eval
+    (("eval", "--questions", "nvidia-10k", "--out", "notes.md"), {}, {"notes.md": "x"},
+     ("--out: notes.md is a file", "name a folder for the results")),
+    (("bench", "retrieval", "--scaling", "1000", "--json", "notes.md/x.json"), {}, {"notes.md": "x"},
+     ("--json: notes.md is a file", "name a folder")),
+    (("ask", "What is sold?", "--trace", "notes.md/t.json"), {}, {"notes.md": "x"}, ("--trace: notes.md is a file",)),
+    (("ask", "What is sold?", "--trace", "."), {}, {}, ("--trace . is a folder", "name a file in it")),
     # walking /proc met a link no one may follow (PermissionError), after listing every process's files
     (("ingest", "/proc"), {}, {}, ("/proc is a system folder", "ingest a folder of your documents")),
 ]
