@@ -65,6 +65,9 @@ PATHS: list[Finding] = [
      ("--json: notes.md is a file", "name a folder")),
     (("ask", "What is sold?", "--trace", "notes.md/t.json"), {}, {"notes.md": "x"}, ("--trace: notes.md is a file",)),
     (("ask", "What is sold?", "--trace", "."), {}, {}, ("--trace . is a folder", "name a file in it")),
+    # as root, the atomic write's rename would have put a plain file in place of /dev/null
+    (("bench", "retrieval", "--scaling", "1000", "--json", "/dev/null"), {}, {}, ("--json: /dev is in a system folder",)),
+    (("history", "--plot", "/dev/x.png"), {}, {}, ("--plot: /dev is in a system folder",)),
     # walking /proc met a link no one may follow (PermissionError), after listing every process's files
     (("ingest", "/proc"), {}, {}, ("/proc is a system folder", "ingest a folder of your documents")),
 ]
