@@ -22,6 +22,7 @@ import dspy
 from dspy.utils.saving import get_dependency_versions
 from pydantic import TypeAdapter, ValidationError
 
+from dspy_rag import paths
 from dspy_rag.errors import UserError
 from dspy_rag.files import shipped_artifacts, write_atomic
 
@@ -117,7 +118,7 @@ def folder_for(artifacts_dir: Path, name: str) -> Path:
 
 def locate(name_or_path: str, artifacts_dir: Path) -> Path:
     """A path to an artifact folder, or a name under the configured artifacts folder or the shipped ones."""
-    if Path(name_or_path).is_dir():
+    if paths.named(Path(name_or_path), "artifact").is_dir():
         return Path(name_or_path)
     for root in (artifacts_dir, SHIPPED):
         if (candidate := folder_for(root, name_or_path)).is_dir():
@@ -136,6 +137,8 @@ def chosen(setting: str, artifacts_dir: Path, model: str) -> Path | None:
     if setting == "none":
         return None
     if setting == "auto":
+        if paths.name_problem(Path(default_name(model))):  # no artifact can be named after this model
+            return None
         return next((d for d in (artifacts_dir / default_name(model), SHIPPED / default_name(model)) if d.is_dir()),
                     None)
     return locate(setting, artifacts_dir)

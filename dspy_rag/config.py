@@ -1,14 +1,16 @@
 """Configuration: defaults < `dspy-rag.yaml` (or --config) < DSPY_RAG_* environment < CLI flags."""
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from dspy_rag import paths
 from dspy_rag.errors import UserError, register_secret
 
 DEFAULT_CONFIG_FILE = Path("dspy-rag.yaml")
@@ -21,11 +23,54 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+def uri_problem(uri: str) -> str | None:
+    """Why `uri` does not parse as a URI (a port out of range, an unclosed IPv6 bracket), or None when it does."""
+    try:
+        urlsplit(uri).port  # noqa: B018 - reading the port checks it
+    except ValueError as exc:
+        return f"{uri} is no valid URL ({exc}); check it"
+    return None
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` is no http(s) address of a host, or None when it is one; empty is no address at all, which a
+    setting reads as unset."""
+    if not url:
+        return None
+    if problem := uri_problem(url):
+        return problem
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{url} is no http(s) URL of a host; write it like http://127.0.0.1:8000"
+    return None
+
+
+def _fails_if(problem: Callable[[Any], str | None]) -> AfterValidator:
+    """A field check from a rule that tells what is wrong with a value: that is the field's error."""
+
+    def check(value: Any) -> Any:
+        if (found := problem(value)) is not None:
+            # Echoed bytes of a non-UTF-8 environment would break pydantic's own error.
+            raise ValueError(found.encode("utf-8", "backslashreplace").decode("utf-8"))
+        return value
+
+    return AfterValidator(check)
+
+
+def _folder_for(purpose: str) -> AfterValidator:
+    return _fails_if(lambda path: paths.folder_problem(path, purpose))
+
+
+NamedPath = Annotated[Path, _fails_if(paths.name_problem)]  # a path a file system can hold
+HttpUrl = Annotated[str, _fails_if(url_problem)]
+Uri = Annotated[str, _fails_if(uri_problem)]
+
+
 class LMConfig(Section):
     model: str = "local/qwen2.5-coder-0.5b"
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(512, ge=16, le=32768)
-    api_base: str | None = None
+    api_base: HttpUrl | None = None
     api_key: SecretStr | None = None
     context_window: int = Field(4096, ge=512, description="local models only: llama.cpp n_ctx")
     timeout: float = Field(120.0, gt=0, description="remote models: seconds to wait for a reply before giving up")
@@ -40,13 +85,23 @@ class EmbeddingConfig(Section):
     batch_size: int = Field(32, ge=1)
 
 
-SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"), Path("/dev"))
+# Chroma's rule for a collection's name; a server's gets a 9-character suffix, so 503 at most, not 512.
+COLLECTION_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,501}[a-zA-Z0-9]")
+IP_ADDRESS = re.compile(r"\d+\.\d+\.\d+\.\d+")
+
+
+def collection_problem(name: str) -> str | None:
+    """Why Chroma would refuse `name` for a collection, or None when it takes it."""
+    if COLLECTION_NAME.fullmatch(name) and ".." not in name and not IP_ADDRESS.fullmatch(name):
+        return None
+    return (f"'{name:.40}' is no collection name Chroma takes; use 3 to 503 letters, digits, '.', '_' or '-', a "
+            "letter or digit first and last, no '..' and no IP address, e.g. documents")
 
 
 class IndexConfig(Section):
-    path: Path = Path(".dspy-rag/index")
-    chroma_url: str | None = Field(None, description="Chroma server, e.g. http://127.0.0.1:8000; empty = embedded")
-    collection: str = Field("documents", min_length=3)
+    path: Annotated[Path, _folder_for("the index")] = Path(".dspy-rag/index")
+    chroma_url: HttpUrl | None = Field(None, description="Chroma server, e.g. http://127.0.0.1:8000; empty = embedded")
+    collection: Annotated[str, _fails_if(collection_problem)] = "documents"
 
     @field_validator("path", mode="before")
     @classmethod
@@ -54,19 +109,6 @@ class IndexConfig(Section):
         if isinstance(value, str) and not value.strip():
             raise ValueError("is empty; name a folder for the index, e.g. .dspy-rag/index")
         return value
-
-    @field_validator("path")
-    @classmethod
-    def _a_folder(cls, path: Path) -> Path:
-        """A folder the index can live in: not a file, not under one, not in a system folder."""
-        absolute = path.absolute()
-        if any(absolute == folder or folder in absolute.parents for folder in SYSTEM_FOLDERS):
-            raise ValueError(f"{path} is in a system folder; name a folder of your own for the index")
-        for place in (absolute, *absolute.parents):
-            if place.exists() and not place.is_dir():
-                where = "is" if place == absolute else f"lies under {place}, which is"
-                raise ValueError(f"{path} {where} a file, not a folder; name a folder for the index")
-        return path
 
 
 class RetrievalConfig(Section):
@@ -114,19 +156,19 @@ class RoleConfig(Section):
 
 class WebConfig(Section):
     provider: Literal["off", "tavily", "snapshot"] = "off"
-    snapshot_path: Path | None = None
+    snapshot_path: NamedPath | None = None
     tavily_api_key: SecretStr | None = None
-    tavily_base_url: str | None = Field(None, description="a Tavily-compatible gateway; default api.tavily.com")
+    tavily_base_url: HttpUrl | None = Field(None, description="a Tavily-compatible gateway; default api.tavily.com")
 
 
 class ArtifactConfig(Section):
-    path: Path = Path("artifacts")
+    path: Annotated[Path, _folder_for("the artifacts")] = Path("artifacts")
     default: str = Field("auto", description="deep program's prompts: auto (the artifact shipped for the model, "
                          "if any), none (uncompiled), or an artifact name or folder")
 
 
 class MLflowConfig(Section):
-    tracking_uri: str | None = Field(None, description="compile and eval also log to this MLflow server or "
+    tracking_uri: Uri | None = Field(None, description="compile and eval also log to this MLflow server or "
                                      "database (e.g. sqlite:///mlflow.db); MLFLOW_TRACKING_URI sets it too")
     experiment: str = "dspy-rag"
 
@@ -177,7 +219,8 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     section, _, field = dotted.partition(".")
     tree.setdefault(section, {})
     if not isinstance(tree[section], dict):
-        raise UserError(f"configuration section '{section}' must be a mapping, not {type(tree[section]).__name__}")
+        raise UserError(f"configuration section '{section}' must be a mapping, not {type(tree[section]).__name__}; "
+                        f"write it as `{section}:` over indented `field: value` lines")
     tree[section][field] = value
 
 
@@ -203,13 +246,19 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise UserError(f"cannot read configuration file {path}: {exc.strerror}") from exc
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise UserError(f"configuration file {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        raise UserError(f"cannot read configuration file {path}: {exc.strerror}; check its permissions") from exc
+    except UnicodeDecodeError as exc:
+        raise UserError(f"configuration file {path} is not UTF-8 text; save it as UTF-8") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"configuration file {path} is not valid YAML{where} ({problem}); fix it there") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise UserError(f"configuration file {path} must hold a mapping of sections (lm:, index:, ...)")
+        raise UserError(f"configuration file {path} must hold a mapping of sections; start it with `lm:`, `index:` "
+                        "or another section of `dspy-rag config`")
     return data
 
 
@@ -221,8 +270,8 @@ def load_config(
     """Build the effective configuration; `overrides` are CLI flags as {'section.field': value}."""
     environ = os.environ if environ is None else environ
     if path is None and environ.get(f"{ENV_PREFIX}CONFIG"):
-        path = Path(environ[f"{ENV_PREFIX}CONFIG"])
-    if path is not None and not path.is_file():
+        path = paths.named(Path(environ[f"{ENV_PREFIX}CONFIG"]), f"{ENV_PREFIX}CONFIG")
+    if path is not None and not paths.named(path, "configuration file").is_file():
         raise UserError(f"configuration file {path} does not exist; create it or drop --config")
     if path is None and DEFAULT_CONFIG_FILE.is_file():
         path = DEFAULT_CONFIG_FILE

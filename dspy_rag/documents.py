@@ -123,7 +123,7 @@ def _html_pages(markup: bytes) -> list[list[str]]:
     try:
         root = html.fromstring(markup)
     except (etree.ParserError, ValueError) as exc:
-        raise UserError(f"cannot parse HTML: {exc}") from exc
+        raise UserError(f"cannot parse HTML: {exc}; check the file, or save the page as text") from exc
     pieces: list[str] = []
 
     def walk(node: etree._Element) -> None:
@@ -238,7 +238,7 @@ def _join_pages(pages: list[list[str]]) -> list[str]:
 def read_html(markup: bytes, source: str) -> Document:
     lines = _join_pages(drop_page_furniture(_html_pages(markup)))
     if not lines:
-        raise UserError(f"{source} has no visible text to ingest")
+        raise UserError(f"{source} has no visible text to ingest; check that it is the page you meant")
     headings = _sec_headings(lines)
     if len(headings) < 3:
         headings = _html_headings(markup, lines)
@@ -322,7 +322,7 @@ def parse(data: bytes, source: str, kind: str) -> Document:
     """Parse raw bytes of a known kind; raises UserError when the bytes are not that kind."""
     if kind == "pdf":
         if not data.startswith(b"%PDF"):
-            raise UserError(f"{source} has a .pdf name but is not a PDF")
+            raise UserError(f"{source} has a .pdf name but is not a PDF; rename it after its real type")
         document = read_pdf(data, source)
     elif kind == "html":
         _decode(data, source)
@@ -332,7 +332,7 @@ def parse(data: bytes, source: str, kind: str) -> Document:
     else:
         document = read_text(_decode(data, source), source)
     if not document.text.strip():
-        raise UserError(f"{source} contains no text to ingest")
+        raise UserError(f"{source} contains no text to ingest; check that it is the file you meant")
     return document
 
 
@@ -357,7 +357,7 @@ def read_bytes(path: Path) -> bytes:
     except FileNotFoundError as exc:
         raise UserError(f"{path} does not exist; check the path") from exc
     except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from exc
+        raise UserError(f"cannot read {path}: {exc.strerror}; check its permissions") from exc
 
 
 def download(url: str, user_agent: str, timeout: float = 30.0, deadline: float = DOWNLOAD_SECONDS,

@@ -26,7 +26,14 @@ def redact(text: str) -> str:
     return text
 
 
+def one_line(text: str) -> str:
+    """`text` as one line a terminal shows as written: whitespace runs become one space, and every character it
+    would act on instead (an escape sequence's ESC, a control, a bidi override) is shown as its escape, so a
+    name echoed back cannot recolour, retitle or reorder the terminal."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in " ".join(text.split()))
+
+
 def exit_with_error(message: str, code: int) -> NoReturn:
     """One line on stderr and a non-zero exit: what went wrong and what to do."""
-    print("error: " + " ".join(redact(message).split()), file=sys.stderr)
+    print("error: " + one_line(redact(message)), file=sys.stderr)
     sys.exit(code)

@@ -10,6 +10,8 @@ from typing import Any
 
 from platformdirs import user_cache_dir
 
+from dspy_rag import paths
+
 # The source tree in an editable install or on PYTHONPATH; site-packages when installed from a wheel.
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED_PACKAGE = "dspy_rag.shipped"  # pyproject.toml maps it onto the checkout's artifacts/ folder
@@ -33,7 +35,9 @@ def checkout() -> Path | None:
 def cache_root() -> Path:
     """Where derived data lives (assembled models, prompt states, snapshot indexes): $DSPY_RAG_CACHE, else the
     user's cache folder for dspy-rag (on Linux ~/.cache/dspy-rag, or under $XDG_CACHE_HOME)."""
-    return Path(os.environ.get("DSPY_RAG_CACHE") or user_cache_dir("dspy-rag"))
+    if not (named := os.environ.get("DSPY_RAG_CACHE")):
+        return Path(user_cache_dir("dspy-rag"))
+    return paths.folder(Path(named), "DSPY_RAG_CACHE", "the cache")
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -23,9 +23,10 @@ from urllib.parse import urlparse
 import numpy as np
 from filelock import FileLock, Timeout
 
+from dspy_rag import paths
 from dspy_rag.bm25 import LuceneBM25
 from dspy_rag.chunking import Chunk, chunk_document
-from dspy_rag.config import Config
+from dspy_rag.config import Config, url_problem
 from dspy_rag.documents import SUPPORTED_SUFFIXES, Document, download, kind_of, parse, read_bytes
 from dspy_rag.errors import UserError
 from dspy_rag.files import write_json_atomic
@@ -59,7 +60,9 @@ class IngestReport:
 
 
 def _is_url(value: str) -> bool:
-    return urlparse(value).scheme in ("http", "https")
+    """An http(s) address, told by its scheme alone: a malformed one is still an address, refused as one."""
+    scheme, colon, _ = value.partition(":")
+    return bool(colon) and scheme.lower() in ("http", "https")
 
 
 def well_formed(catalog: dict[str, Any]) -> bool:
@@ -100,6 +103,14 @@ def file_contents(files: list[str]) -> dict[str, str]:
         return {}
 
 
+def _leads_to_a_file(link: Path) -> bool:
+    """A symlink to a file; one that leads nowhere, or through a place we may not look, leads to none."""
+    try:
+        return link.is_file()
+    except OSError:
+        return False
+
+
 def expand_inputs(inputs: list[str]) -> tuple[list[str], list[str]]:
     """Files and URLs to ingest, and files skipped in folders because their type is unsupported.
 
@@ -108,15 +119,19 @@ def expand_inputs(inputs: list[str]) -> tuple[list[str], list[str]]:
     found, skipped = [], []
     for item in inputs:
         if _is_url(item):
+            if problem := url_problem(item):
+                raise UserError(problem)
             found.append(item)
             continue
-        path = Path(item)
+        path = paths.named(Path(item), "ingest input")
         if path.is_dir():
+            if paths.in_system_folder(path):  # /proc alone holds every process's files, few of them readable
+                raise UserError(f"{item} is a system folder; ingest a folder of your documents")
             for root, dirs, files in os.walk(path, followlinks=False):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for name in sorted(files):
                     file = Path(root) / name
-                    if name.startswith(".") or file.is_symlink() and not file.is_file():
+                    if name.startswith(".") or file.is_symlink() and not _leads_to_a_file(file):
                         continue
                     (found if file.suffix.lower() in SUPPORTED_SUFFIXES else skipped).append(str(file))
         elif not path.exists():

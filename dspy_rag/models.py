@@ -142,7 +142,7 @@ def _check_remote(config: LMConfig) -> None:
     missing = litellm.validate_environment(config.model).get("missing_keys") or []
     if missing:
         raise UserError(
-            f"model '{config.model}' needs {', '.join(missing)} in the environment "
+            f"model '{config.model}' needs {', '.join(missing)}; set it in the environment "
             f"(or lm.api_key in dspy-rag.yaml); provider: {provider}"
         )
 

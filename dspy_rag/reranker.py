@@ -100,7 +100,7 @@ class CrossEncoderReranker:
             # sigmoid: a passage carries the model's logit as its score.
             self.model = CrossEncoder(name_or_path, num_labels=1, max_length=MAX_LENGTH, device="cpu",
                                       activation_fn=torch.nn.Identity(), model_kwargs={"use_safetensors": True})
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a folder that holds no model (transformers' own words)
             raise UserError(f"cannot load reranker '{name_or_path}' (it needs model.safetensors); offline, train one "
                             "with `dspy-rag train-reranker` or set retrieval.reranker: none") from exc
         self.name = name_or_path

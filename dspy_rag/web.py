@@ -12,6 +12,7 @@ import stat
 from pathlib import Path
 from typing import Any, Protocol
 
+from dspy_rag import paths
 from dspy_rag.config import Config, IndexConfig
 from dspy_rag.documents import Document, Section, kind_of, parse, read_bytes
 from dspy_rag.errors import UserError, redact
@@ -132,14 +133,19 @@ def snapshot_documents(files: list[Path]) -> list[Document]:
     documents = []
     for file in files:
         if file.suffix == ".jsonl":
-            for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            try:
+                lines = file.read_text(encoding="utf-8").splitlines()
+            except UnicodeDecodeError as exc:
+                raise UserError(f"{file} is not UTF-8 text; save the snapshot as UTF-8 JSON lines") from exc
+            for number, line in enumerate(lines, start=1):
                 if not line.strip():
                     continue
                 try:
                     record: dict[str, Any] = json.loads(line)
                     url, content = record["url"], record["content"]
                 except (ValueError, KeyError, TypeError) as exc:
-                    raise UserError(f"{file}:{number} is not a snapshot record with url and content") from exc
+                    raise UserError(f"{file}:{number} is not a snapshot record with url and content; write each line "
+                                    "as a JSON object with both") from exc
                 title = record.get("title") or url
                 published = record.get("published_at") or record.get("published_date")
                 documents.append(_whole(url, "web", f"{title}\n{content}", dated_label(title, _day(published))))
@@ -168,13 +174,14 @@ class SnapshotSearch:
     name = "snapshot"
 
     def __init__(self, path: Path, config: Config) -> None:
-        if not path.exists():
+        if not paths.named(path, "web snapshot").exists():
             raise UserError(f"web snapshot {path} does not exist; pass a .jsonl file or a folder of pages")
         files = [path] if path.is_file() else sorted(
             f for f in path.rglob("*") if f.suffix.lower() in SNAPSHOT_SUFFIXES and not f.name.startswith(".")
             and _a_page(f))
         if not files:
-            raise UserError(f"web snapshot {path} holds no .jsonl, .md, .txt or .html files")
+            raise UserError(f"web snapshot {path} holds no .jsonl, .md, .txt or .html files; pass a folder of pages "
+                            "or a .jsonl file")
         digest = hashlib.sha256()
         for file in files:
             digest.update(file.name.encode() + read_bytes(file))
@@ -200,7 +207,7 @@ def web_search(config: Config, choice: str | None = None) -> WebSearch | None:
                 raise UserError("web.provider is snapshot but web.snapshot_path is not set; set it or use --web PATH")
             choice = str(config.web.snapshot_path)
     if not choice.strip():  # an empty path would make the working folder the snapshot
-        raise UserError("--web needs tavily, off, or the PATH of a snapshot (.jsonl file or folder of pages)")
+        raise UserError("--web is empty; pass tavily, off, or the PATH of a snapshot (.jsonl file or folder of pages)")
     if choice == "off":
         return None
     if choice == "tavily":

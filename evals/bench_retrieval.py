@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dspy_rag import paths
 from dspy_rag.bm25 import LuceneBM25
 from dspy_rag.config import Config, load_config
 from dspy_rag.errors import UserError
@@ -329,7 +330,7 @@ def parse_sizes(text: str) -> list[int]:
 def require_file(path: Path | None, option: str) -> Path:
     if path is None:
         raise UserError(f"pass {option} FILE (or only --scaling for the synthetic latency run)")
-    if not path.is_file():
+    if not paths.named(path, option).is_file():
         raise UserError(f"{option} {path} does not exist or is not a file; check the path")
     return path
 

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dspy_rag import paths
 from dspy_rag.config import Config, GuardConfig, RoleConfig
 from dspy_rag.errors import UserError
 from dspy_rag.evals.metrics import AnswerScores, weighted_score
@@ -253,6 +254,8 @@ def run_eval(config: Config, questions: str, pipeline: list[str] | None = None, 
     from dspy_rag.pipelines.policy import PolicyMode
     from dspy_rag.pipelines.programs import program_for
 
+    if out_dir is not None:  # checked now: the results are written after the whole run
+        paths.folder(out_dir, "--out", "the results")
     pipelines = pipeline or ["deep"]
     if unknown := set(pipelines) - set(PIPELINES):
         raise UserError(f"unknown pipeline {sorted(unknown)}; choose {', '.join(PIPELINES)}")

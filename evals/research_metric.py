@@ -76,7 +76,7 @@ def metric_weights(weights: Mapping[str, Any]) -> dict[str, float]:
     try:
         weighted_score(AnswerScores(0, 0, 0, 0, 0), weights)
     except ValueError as exc:
-        raise UserError(f"--weight: {exc}") from exc
+        raise UserError(f"--weight: {exc}; e.g. --weight f1=0.6") from exc
     return {name: float(value) for name, value in weights.items()}
 
 

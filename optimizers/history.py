@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dspy_rag import paths
 from dspy_rag.errors import UserError
 from dspy_rag.files import write_atomic
 from dspy_rag.ledger import LedgerEntry
@@ -117,6 +118,7 @@ def plot(grouped: dict[str, list[Row]], path: Path) -> None:
     curves = {name: points for name, rows in grouped.items() if (points := compile_points(rows))}
     if path.suffix.lower() != ".png":
         raise UserError(f"--plot writes a PNG; name the file *.png, not {path.name}")
+    paths.output_file(path, "--plot")
     if not curves:
         raise UserError("the ledger holds no compiles to plot; run `dspy-rag compile ...` first")
     # Imported here: matplotlib costs CLI start-up ~0.5 s, and only --plot needs it.

@@ -103,7 +103,8 @@ OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
 def settings_for(optimizer: Optimizer, overrides: dict[str, Any]) -> dict[str, Any]:
     """The optimizer's settings with the overrides, each of its default's type (a count stays a whole number)."""
     if unknown := set(overrides) - set(optimizer.defaults):
-        raise UserError(f"{optimizer.name} has no setting {sorted(unknown)}; it takes {sorted(optimizer.defaults)}")
+        raise UserError(f"{optimizer.name} has no setting {', '.join(sorted(unknown))}; choose from "
+                        f"{', '.join(sorted(optimizer.defaults))}")
     for name, value in overrides.items():
         kind = type(optimizer.defaults[name])
         if not isinstance(value, kind) or isinstance(value, bool) or (isinstance(value, int | float) and value < 0):

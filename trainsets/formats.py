@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from dspy_rag import paths
 from dspy_rag.errors import UserError
 
 Format = Literal["hotpotqa", "musique", "multihop-rag", "jsonl"]
@@ -67,7 +68,7 @@ def passage_id(title: str, text: str) -> str:
 def _rows(path: Path) -> list[dict[str, Any]]:
     import datasets
 
-    if not str(path).startswith("hf://") and not path.is_file():
+    if not str(path).startswith("hf://") and not paths.named(path, "questions or corpus file").is_file():
         raise UserError(f"{path} does not exist; pass a questions or corpus file")
     try:
         return list(datasets.load_dataset("json", data_files=str(path), split="train"))

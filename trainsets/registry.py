@@ -23,6 +23,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from dspy_rag import paths
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
@@ -203,7 +204,7 @@ def available() -> list[str]:
 def load_trainset(name_or_path: str) -> Trainset:
     """A shipped trainset by name, or any YAML definition of the same shape by path."""
     path = DEFINITIONS / f"{name_or_path}.yaml" if name_or_path in available() else Path(name_or_path)
-    if not path.is_file():
+    if not paths.named(path, "trainset").is_file():
         if path.suffix in (".yaml", ".yml"):
             raise UserError(f"trainset definition {path} does not exist; check the path")
         raise UserError(f"unknown trainset '{name_or_path}'; choose {', '.join(available())} "
@@ -212,9 +213,12 @@ def load_trainset(name_or_path: str) -> Trainset:
         definition = Definition.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
     except yaml.YAMLError as exc:
         raise UserError(f"{path} is not valid YAML ({type(exc).__name__}); check its syntax") from exc
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path} is not UTF-8 text, so no trainset definition; pass a YAML definition") from exc
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "top level"
-        raise UserError(f"invalid trainset definition {path} at '{where}': {first['msg']}") from exc
+        raise UserError(f"invalid trainset definition {path} at '{where}': {first['msg']}; see the shipped ones in "
+                        f"{DEFINITIONS} for the fields") from exc
     return Trainset(definition, path.resolve())
 

@@ -9,6 +9,7 @@ from rich import box
 from rich.progress import Progress
 from rich.table import Table
 
+from dspy_rag import paths
 from dspy_rag.cli.console import bar_display, err, out
 from dspy_rag.evals.bench_retrieval import (
     ALL_GOLD_K,
@@ -113,6 +114,8 @@ def retrieval(
 ) -> None:
     """Recall@2/5/10 and latency of vector, keyword and hybrid retrieval (and hybrid+rerank) on a question set."""
     scaling_sizes = parse_sizes(sizes) if sizes else None
+    if json_path is not None:  # checked now: the figures are written after the whole run
+        paths.output_file(json_path, "--json")
     figures: dict[str, Any] = {}
     if questions is not None or corpus is not None or scaling_sizes is None:
         corpus_file = require_file(corpus, "--corpus")

@@ -33,7 +33,7 @@ def train_reranker_command(
     if len(questions) != len(corpus):
         raise UserError("give one --corpus for each --questions, in the same order")
     if not name.replace("-", "").replace("_", "").isalnum():
-        raise UserError(f"reranker name '{name}' may only hold letters, digits, '-' and '_'")
+        raise UserError(f"reranker name '{name}' may only hold letters, digits, '-' and '_'; e.g. --name minilm")
     settings = config_of(config)
     datasets = []
     for questions_path, corpus_path in zip(questions, corpus, strict=True):
@@ -53,13 +53,13 @@ def train_reranker_command(
           f"{', '.join(f'{x:.3f}' for x in summary.loss_by_epoch)}, {summary.seconds:.0f} s")
 
 
-def _pairs(values: list[str] | None, what: str) -> dict[str, Any]:
+def _pairs(values: list[str] | None, what: str, example: str) -> dict[str, Any]:
     """`name=value` options as a mapping; values are numbers where they parse as numbers."""
     parsed: dict[str, Any] = {}
     for item in values or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise UserError(f"{what} takes name=value, got '{item}'")
+            raise UserError(f"{what} takes name=value, got '{item}'; e.g. {what} {example}")
         try:
             parsed[key] = int(value) if value.lstrip("-").isdigit() else float(value)
         except ValueError:
@@ -92,9 +92,9 @@ def compile_command(
     from dspy_rag.trainsets.registry import load_trainset
 
     settings = config_of(config, **{"lm.model": model})
-    weights = metric_weights(_pairs(weight, "--weight")) if weight else None
-    request = CompileRequest(trainset, optimizer, name, teacher, parent, weights, threshold, _pairs(setting, "--set"),
-                             train_limit, dev_limit, replace)
+    weights = metric_weights(_pairs(weight, "--weight", "f1=0.6")) if weight else None
+    request = CompileRequest(trainset, optimizer, name, teacher, parent, weights, threshold,
+                             _pairs(setting, "--set", "demos=3"), train_limit, dev_limit, replace)
     # Every option is checked before anything is loaded or spent, in a dry run too.
     if optimizer not in OPTIMIZERS:
         raise UserError(f"unknown optimizer '{optimizer}'; choose {', '.join(OPTIMIZERS)}")

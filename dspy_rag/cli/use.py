@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 import typer
 
+from dspy_rag import paths
 from dspy_rag.api import clean_question, reranker_label
 from dspy_rag.cli.console import bar_display, err, out, progress, styled
 from dspy_rag.cli.lm_failures import lm_failures
@@ -98,6 +99,8 @@ def ask(
     text = clean_question(question)
     if trace is not None and pipeline == "baseline":
         raise UserError("--trace saves the deep program's trajectory; the baseline has none (drop one of the two)")
+    if trace is not None:  # checked now: the trajectory is written after the research
+        paths.output_file(trace, "--trace")
     settings = config_of(config, **{"index.path": index, "lm.model": model})
     store = Index(settings).require()
     say = QUIET.say if as_json else progress
