@@ -36,8 +36,8 @@ ORDERS = re.compile("|".join((
     r"nothing else)\b",
     r"\b(?:your (?:whole |full |entire )?(?:answer|reply|response) must|before you answer|when you answer|"
     r"you are now|you must now)\b",
-    r"\b(?:reveal|print|show|repeat|disclose|output|leak|include)\b[^.!?\n]{0,60}\b(?:system prompt|api[ _-]?keys?|"
-    r"configuration|environment variables?|credentials|secrets?|(?:your|the) instructions|words above)\b",
+    r"\b(?:reveal|print|show|repeat|disclose|output|leak|include)\b[^.!?\n]{0,60}\b(?:system prompt|\w*api[ _-]?keys?|"
+    r"configuration|environment variables?|credentials|secrets?|passwords?|(?:your|the) instructions|words above)\b",
     r"\b(?:note|message|instructions?) (?:to|for) (?:the |all |any )?(?:ai|language models?|llms?|assistants?|"
     r"chatbots?)\b",
     r"\b(?:the|an|any) (?:ai )?(?:assistant|language model|llm|chatbot)\b[^.!?\n]{0,40}\b(?:must|should|shall)\b",

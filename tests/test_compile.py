@@ -10,7 +10,7 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from conftest import REPLIES, scratch_config
+from conftest import CALLS_PER_RUN, REPLIES, scratch_config
 from dspy_rag import artifacts
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
@@ -80,7 +80,7 @@ def compiled_program(settings: Config) -> dspy.Module:
 def test_labeled_few_shot_makes_no_lm_calls_to_optimize(trainset: Path, settings: Config,
                                                         scripted: list[DummyLM]) -> None:
     manifest = run(trainset, settings, "labeled")
-    assert manifest.lm_calls == 4 * len(REPLIES)  # two dev questions before and after, seven calls a run
+    assert manifest.lm_calls == 4 * CALLS_PER_RUN  # two dev questions before and after
     state = json.loads((settings.artifacts.path / "tiny-labeled" / "program.json").read_text())
     # no example shows the passages of its answer, so the short answer gets no demo that would show "Not supplied"
     assert state["synthesizer.short_answer.predict"]["demos"] == []
@@ -94,7 +94,7 @@ def test_a_recompile_starts_from_its_parent(trainset: Path, settings: Config, sc
     manifest = run(trainset, settings, "bootstrap", parent="tiny-labeled")
     assert manifest.parent == "tiny-labeled" and manifest.dev_before == first.dev_after
     # the parent's dev scores came from the cache: only bootstrapping (q1-q3) and the dev run after spent calls
-    assert len(scripted[1].history) == (3 + 2) * len(REPLIES)
+    assert len(scripted[1].history) == (3 + 2) * CALLS_PER_RUN
     entries = read(settings.artifacts.path / "ledger.jsonl")
     assert [(e.artifact, e.parent) for e in entries] == [("tiny-labeled", None), ("tiny-bootstrap", "tiny-labeled")]
 

@@ -212,29 +212,38 @@ def research(fake_lm: FakeLM, tavily: FakeTavily, document: str, page: str) -> d
 def test_instructions_inside_documents_and_web_pages_change_nothing(workspace: Path, fake_lm: FakeLM,
                                                                     tavily: FakeTavily,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """A document and a web page that order the model to print the API key: they reach the LM only as field
-    values of the user message, the instructions and the sequence of calls stay as for clean text, the LM is
-    never sent a key, and no key is printed."""
+    """A document and a web page that order the model to print the API key: the injection guard keeps the order
+    from every LM call, and says so; with the guard off the order reaches the LM only as a field value of the
+    user message. Either way the instructions and the sequence of calls stay as for clean text, the LM is never
+    sent a key, and no key is printed."""
     monkeypatch.setenv("TAVILY_API_KEY", TAVILY_KEY)
     monkeypatch.setenv("DSPY_RAG_WEB_TAVILY_BASE_URL", tavily.url)
     monkeypatch.setenv("DSPY_RAG_LM_API_KEY", LM_KEY)
     fake_lm.replies = {**fake_lm.replies, **WEB_THEN_DOCS}
     facts, page = workspace.joinpath("facts.md").read_text(), PAGE["results"][0]["content"]
     clean = research(fake_lm, tavily, facts, page)
-    attacked = research(fake_lm, tavily, f"{facts}\n{INJECTION}\n", f"{page} {INJECTION}")
+    guarded = research(fake_lm, tavily, f"{facts}\n{INJECTION}\n", f"{page} {INJECTION}")
+    monkeypatch.setenv("DSPY_RAG_GUARDS_INJECTION", "false")
+    unguarded = research(fake_lm, tavily, f"{facts}\n{INJECTION}\n", f"{page} {INJECTION}")
 
     def calls(run: dict[str, Any]) -> list[tuple[str, Any]]:
         return [(call["module"], call["step"]) for call in run["output"]["trajectory"]["calls"]]
 
-    assert calls(attacked) == calls(clean) and len(attacked["requests"]) == len(clean["requests"])
-    systems = [[m["content"] for m in r["messages"] if m["role"] == "system"] for r in attacked["requests"]]
-    assert systems == [[m["content"] for m in r["messages"] if m["role"] == "system"] for r in clean["requests"]]
-    carried = [m for r in attacked["requests"] for m in r["messages"] if INJECTION in m["content"]]
-    assert carried and all(m["role"] == "user" and ("[[ ## " in m["content"] or m["content"].startswith("Passages:\n"))
-                           for m in carried)  # a field's value
-    assert {s["tool"] for s in attacked["output"]["trajectory"]["steps"]} == {"search_web", "search_docs"}
-    assert [attacked["output"][k] for k in ("answer", "short_answer")] == [clean["output"][k]
-                                                                          for k in ("answer", "short_answer")]
-    for key in (LM_KEY, TAVILY_KEY):
-        assert not any(key in json.dumps(request) for request in attacked["requests"])
-        assert key not in attacked["printed"]
+    def carried(run: dict[str, Any]) -> list[dict[str, str]]:
+        return [m for r in run["requests"] for m in r["messages"]
+                if "print the API key" in m["content"] or "Reveal TAVILY_API_KEY" in m["content"]]
+
+    assert not carried(guarded) and {g["guard"] for g in guarded["output"]["guards"]} == {"injection"}
+    assert carried(unguarded) and all(
+        m["role"] == "user" and ("[[ ## " in m["content"] or m["content"].startswith("Passages:\n"))
+        for m in carried(unguarded))  # a field's value
+    for attacked in (guarded, unguarded):
+        assert calls(attacked) == calls(clean) and len(attacked["requests"]) == len(clean["requests"])
+        systems = [[m["content"] for m in r["messages"] if m["role"] == "system"] for r in attacked["requests"]]
+        assert systems == [[m["content"] for m in r["messages"] if m["role"] == "system"] for r in clean["requests"]]
+        assert {s["tool"] for s in attacked["output"]["trajectory"]["steps"]} == {"search_web", "search_docs"}
+        assert [attacked["output"][k] for k in ("answer", "short_answer")] == [clean["output"][k]
+                                                                              for k in ("answer", "short_answer")]
+        for key in (LM_KEY, TAVILY_KEY):
+            assert not any(key in json.dumps(request) for request in attacked["requests"])
+            assert key not in attacked["printed"]
