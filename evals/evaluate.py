@@ -265,6 +265,11 @@ def run_eval(config: Config, questions: str, pipeline: list[str] | None = None, 
     if unknown := {*(without or []), *(with_ or [])} - set(ABLATIONS):
         raise UserError(f"unknown guard or role {sorted(unknown)}; choose {', '.join(ABLATIONS)}")
     switches = [*(Switch(name) for name in without or []), *(Switch(name, on=True) for name in with_ or [])]
+    for switch in switches:  # a column switched to what the configuration already says is the full program again
+        if getattr(config.guards if switch.name in GUARDS else config.roles, switch.name) == switch.on:
+            state = "on" if switch.on else "off"
+            raise UserError(f"--{'with' if switch.on else 'without'} {switch.name}: the configuration already has it "
+                            f"{state}; switch it the other way")
     columns = columns_of(pipelines, artifact or ["none"], model or [config.lm.model], policies, switches)
     trainset = load_trainset(questions)
     eval_set = load_set(trainset, config)

@@ -5,7 +5,7 @@ the run-to-run noise.
 
     python -m dspy_rag.evals.programs_table evals/results/programs-musique evals/results/programs-hotpotqa ...
 
-Ablation columns (`eval --without`) beside a full deep column get a table of their own.
+Ablation columns (`eval --without`, `--with`) beside a full deep column get a table of their own.
 """
 
 import json
@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dspy_rag.evals.evaluate import interval_text
+from dspy_rag.evals.evaluate import ABLATIONS, interval_text
 
-ABLATED = re.compile(r"-(with(?:out)?-[\w]+)@")  # an ablation column's label: deep+auto-without-keep_going@model
+# An ablation column's label: deep+auto-without-keep_going@model (an artifact's own name may hold "-with-").
+ABLATED = re.compile(rf"-(with(?:out)?-(?:{'|'.join(ABLATIONS)}))@")
 
 
 def _f1(rows: list[dict[str, Any]]) -> list[float]:

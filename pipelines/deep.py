@@ -52,10 +52,10 @@ class DeepResearch(SharesTools, dspy.Module):
         record = Trajectory(question, self.policy.mode, self.reranker.name if self.reranker else "none",
                             self.web.name if self.web else "off")
         run = ResearchRun(record, LMCalls(self.budgets, record.calls), self.on_event)
-        floor, record.web_error, inert_floor = question_passages(question, self.retriever, self.reranker, self.web,
-                                                                 self.top_n, self.injection_guard)
-        for fired in inert_floor:
-            run.guarded(fired)
+        floor, record.web_error, fired = question_passages(question, self.retriever, self.reranker, self.web,
+                                                           self.top_n, self.injection_guard)
+        for each in fired:
+            run.guarded(each)
         record.floor = [Scored.of(p) for p in floor]
         run.event("sources", "for the question: " + sources(floor))
         findings: list[str] = []

@@ -15,8 +15,8 @@ ANSWER_RESERVE_TOKENS = 1200  # the instruction, question, notes, demos and the 
 
 def question_passages(question: str, retriever: Retriever, reranker: Reranker | None, web: WebSearch | None,
                       top_n: int, injection_guard: bool = True) -> tuple[list[Passage], str | None, list[Fired]]:
-    """The question's own hybrid ranking (fused with the web's, when on), reranked to top_n and made inert by
-    the injection guard (when on); the web's error, if it failed (the documents answer then); and the guard's
+    """The question's own hybrid ranking (fused with the web's, when on), made inert by the injection guard (when
+    on) and reranked to top_n; the web's error, if it failed (the documents answer then); and the guard's
     firings."""
     rankings = [retriever.search(question, "hybrid")]
     web_error = None
@@ -25,9 +25,10 @@ def question_passages(question: str, retriever: Retriever, reranker: Reranker | 
             rankings.append(web.search(question, retriever.top_k))
         except WebSearchError as exc:
             web_error = str(exc)
-    candidates = fuse(rankings, retriever.rrf_k)
+    candidates, fired = fuse(rankings, retriever.rrf_k), []
+    if injection_guard:
+        candidates, fired = inert(candidates)
     top = reranker.rerank(question, candidates, top_n) if reranker and candidates else candidates[:top_n]
-    top, fired = inert(top) if injection_guard else (top, [])
     return top, web_error, fired
 
 

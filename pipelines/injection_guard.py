@@ -1,9 +1,13 @@
 """injection: the guard that keeps a passage's instructions inert. Passage text that forges the prompt's own
-structure (a passage header, a chat-template turn, a "Question:"/"Answer:" label, a reply in the output's JSON) or
-that addresses the assistant with orders (ignore the instructions, reply only with, reveal the configuration, cite
-this as the authority) is removed from what the LM reads, before any call sees it. The index keeps the document
-whole; the trajectory says what was removed and why, and a cited sentence that only removed text could support is
-flagged by the citation check like any other.
+structure (a passage header, a chat-template turn or DSPy field marker, a pair of the prompts' labels such as
+"Question:"/"Answer:", a reply in the output's JSON, a hidden comment) or that orders the assistant (ignore the
+previous instructions, reply only with, reveal the system prompt or a key, a note to AI models) is removed from
+what the LM reads, before any call sees it; a passage left with nothing is dropped. The index keeps the document
+whole; the trajectory says what was removed and why, and a cited sentence that only removed text could support
+is flagged by the citation check like any other.
+
+Every pattern names its addressee or the prompts' own syntax, so prose about instructions, assistants or
+answers passes: "the assistant coach must", "reply only to", "read the safety instructions".
 """
 
 import re
@@ -13,101 +17,114 @@ from dspy_rag.pipelines.guards import Fired
 from dspy_rag.retrieval import Passage
 
 SHOWN_CHARS = 160  # of the removed text, in the trajectory
+MAX_TURN_LINES = 12  # a chat turn never closed ends here, not at the end of the passage
 
 # A line opening like the prompts' own passage headers ("[2] corvid-official.pdf | Specifications") claims a source
-# it does not have: it and the lines under it, up to the next blank line, are a forged passage.
+# it does not have: it and the line under it are a forged passage.
 FORGED_HEADER = re.compile(r"^\s*\[\d{1,3}\]\s+[^\n|]{1,200}\|")
-CHAT_TOKEN = re.compile(r"<\|[^|\n>]{1,40}\|>|\[/?INST\]|<</?SYS>>")
-# The labels the prompts and their demos are written in, and the output's JSON fields.
-PROMPT_LABEL = re.compile(r"^\s*(?:\*\*)?(?:question|short answer|answer|passages?|system|assistant|user)(?:\*\*)?\s*:",
+CHAT_TOKEN = re.compile(r"<\|[^|\n>]{1,40}\|>|\[/?INST\]|<</?SYS>>|\[\[ ## \w+ ## \]\]")
+CHAT_CLOSERS = frozenset({"<|im_end|>", "<|end|>", "<|endoftext|>", "<|eot_id|>", "[/INST]", "<</SYS>>",
+                          "[[ ## completed ## ]]"})
+# The labels the prompts and their demos are written in: forged only two in a row (a question and its answer).
+PROMPT_LABEL = re.compile(r"^\s*(?:\*\*)?(?:question|short answer|answer|system|assistant|user)(?:\*\*)?\s*:",
                           re.IGNORECASE)
-OUTPUT_JSON = re.compile(r"\{\s*\"(?:short_answer|answer|citations|steps|decision)\"\s*:")
-HIDDEN_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+OUTPUT_JSON = re.compile(r"^\s*\{.*\"(?:short_answer|answer|citations|decision|finding)\"\s*:")
+HIDDEN_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)  # an unclosed one runs to the end, as in a browser
 
-# Orders to the reader of the page, in English and, for the commonest one, in other languages.
+_AI = r"(?:ai(?: assistants?| models?)?|language models?|llms?|chatbots?|gpts?)"
+_EARLIER = (r"(?:previous|prior|above|earlier|preceding|original|all|your|system|(?:the )?user'?s)\s+(?:\w+\s+)?"
+            r"(?:instructions?|prompts?|rules|directions|guidelines|guidance|question)")
+# Orders to whoever reads the page, each naming the reader or the reply; "ignore the previous instructions" also
+# in German, French, Spanish, Italian, Portuguese, Russian, Chinese and Japanese.
 ORDERS = re.compile("|".join((
-    r"\b(?:ignore|disregard|forget|override|bypass)\b[^.!?\n]{0,50}\b(?:instructions?|prompts?|rules|directions|"
-    r"guidelines|(?:the )?user'?s question)\b",
-    r"\b(?:ignore|disregard|forget)\b[^.!?\n]{0,30}\b(?:everything|anything)\b[^.!?\n]{0,30}\b(?:told|said|given|"
-    r"above|before)\b",
-    r"\b(?:attention|dear|hello|hey),? (?:ai|language models?|llms?|assistants?|chatbots?)\b|"
-    r"\bthe only correct (?:reply|answer|response)\b",
-    r"\b(?:reply|respond|answer|say|output|print|write|return)\b[^.!?\n]{0,40}\b(?:only|exactly|solely|verbatim|"
-    r"nothing else)\b",
-    r"\b(?:your (?:whole |full |entire )?(?:answer|reply|response) must|before you answer|when you answer|"
-    r"you are now|you must now)\b",
-    r"\b(?:reveal|print|show|repeat|disclose|output|leak|include)\b[^.!?\n]{0,60}\b(?:system prompt|\w*api[ _-]?keys?|"
-    r"configuration|environment variables?|credentials|secrets?|passwords?|(?:your|the) instructions|words above)\b",
-    r"\b(?:note|message|instructions?) (?:to|for) (?:the |all |any )?(?:ai|language models?|llms?|assistants?|"
-    r"chatbots?)\b",
-    r"\b(?:the|an|any) (?:ai )?(?:assistant|language model|llm|chatbot)\b[^.!?\n]{0,40}\b(?:must|should|shall)\b",
-    r"\b(?:cite|treat) this (?:passage|source|document|page) as\b|\bsupersedes? all\b",
-    r"\bdecode\b[^.!?\n]{0,40}\b(?:follow|obey|execute)\b",
-    r"\b(?:call|use|run) the tool\b",
-    r"\binclude this link\b",
-    r"\bthe user has changed (?:their|his|her) mind\b|\b(?:asks?|wants?|tells?|instructs?) you to\b",
-    r"\balways (?:reply|respond|answer)\b",
-    r"\bsystem override\b",
-    # "Ignore all previous instructions" in German, French, Spanish, Italian, Portuguese, Russian, Chinese, Japanese.
-    r"\b(?:ignorier\w*|vergiss)\b[^.!?\n]{0,50}\banweisung",
-    r"\b(?:ignore[zr]?|oublie[zr]?)\b[^.!?\n]{0,50}\b(?:consignes|instructions)\b",
-    r"\b(?:ignora\w*|olvida\w*|esquece\w*)\b[^.!?\n]{0,50}\b(?:instrucci|istruzion|instru[çc])",
-    r"(?:игнорируй|забудь)\w*[^.!?\n]{0,50}инструкци",
-    r"(?:忽略|无视|忽視|無視)[^。！？\n]{0,20}(?:指令|指示|说明|說明)",
+    rf"\b(?:ignore|disregard|forget|override|bypass|pay no attention to)\b[^.!?\n]{{0,30}}\b{_EARLIER}\b",
+    r"\b(?:ignore|disregard|forget)\b[^.!?\n]{0,30}\b(?:everything|anything)\b[^.!?\n]{0,30}\b(?:told|said|given)\b",
+    r"\b(?:reply|respond|answer) (?:only|exactly|solely) with\b|\b(?:reply|respond|answer) with (?:only|nothing but|"
+    r"the (?:single )?word)\b|\band nothing else\b",
+    r"\b(?:before|when) you (?:answer|reply|respond)\b[^.!?\n]{0,20}\b(?:any question|include|print|first)\b",
+    r"\byour (?:whole |full |entire )?(?:answer|reply|response) must\b",
+    r"\b(?:reveal|print|show|repeat|disclose|output|leak|include)\b[^.!?\n]{0,60}\b(?:(?:your |the )?system prompt|"
+    r"\w*api[ _-]?keys?|environment variables?|your (?:instructions|configuration)|the words above)\b",
+    rf"\b(?:note|message|instructions?|attention|dear|hello|hey),? (?:to |for )?(?:the |all |any )?{_AI}"
+    rf"(?: and {_AI})?(?: reading this(?: page| document)?)?\s*:",
+    rf"\b(?:an?|the|any) (?:{_AI}|assistant)s? (?:quoting|reading|processing|summari[sz]ing) this\b",
+    r"\bthe only correct (?:reply|answer|response)\b|\bcite this (?:passage|source|document|page) as\b|"
+    r"\bsupersedes all others\b",
+    r"\bdecode\b[^.!?\n]{0,40}\b(?:follow|obey|execute)\b|\bcall the tool\b|\bsearch_(?:web|docs)\s*\(",
+    r"\binclude this link\b|\bthe user has changed (?:their|his|her) mind\b|\b(?:they|the user) (?:now )?"
+    r"(?:asks?|wants?) you to\b|\balways (?:reply|respond|answer)\b(?! (?:to|within|by|promptly|politely|in)\b)",
+    r"\b(?:ignorier\w*|vergiss)\b[^.!?\n]{0,40}\b(?:vorherigen?|bisherigen?|obigen?|alle)\s+(?:\w+\s+)?anweisungen",
+    r"\b(?:ignore[zr]?|oublie[zr]?)\b[^.!?\n]{0,40}\b(?:instructions|consignes) (?:précédentes|antérieures)",
+    r"\b(?:ignora\w*|olvida\w*|esquece\w*)\b[^.!?\n]{0,40}\b(?:instrucciones anteriores|istruzioni precedenti|"
+    r"instruções anteriores)",
+    r"(?:игнорируй|забудь)\w*[^.!?\n]{0,30}предыдущие\s+инструкции",
+    r"(?:忽略|无视|忽視|無視)[^。！？\n]{0,8}(?:之前|先前|以上|以前)[^。！？\n]{0,6}(?:指令|指示)",
 )), re.IGNORECASE)
-SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
 
 
-CHAT_CLOSERS = frozenset({"<|im_end|>", "<|end|>", "<|endoftext|>", "<|eot_id|>", "[/INST]", "<</SYS>>"})
-
-
-def _forged_blocks(lines: list[str]) -> tuple[list[str], list[str]]:
-    """The lines kept and the lines removed: forged passage headers with the block under them, chat-template
-    turns from their opening token to their closing one, and lines written in the prompts' labels or the
-    output's JSON."""
-    kept: list[str] = []
-    removed: list[str] = []
-    in_forged = in_turn = False
-    for line in lines:
-        if in_forged and not line.strip():
-            in_forged = False
-        in_forged = in_forged or bool(FORGED_HEADER.match(line))
+def _forged_lines(lines: list[str]) -> list[bool]:
+    """Which lines forge the prompts' structure: a forged passage header and the line under it, a chat turn or
+    DSPy field marker from its opening token to its closing one, two prompt labels in a row, the output's JSON."""
+    forged = [False] * len(lines)
+    turn_left = 0
+    for i, line in enumerate(lines):
         tokens = CHAT_TOKEN.findall(line)
-        forged = in_forged or in_turn or bool(tokens) or bool(PROMPT_LABEL.match(line) or OUTPUT_JSON.search(line))
-        if tokens:  # a turn stays open until a line whose last token closes it
-            in_turn = tokens[-1] not in CHAT_CLOSERS
-        (removed if forged else kept).append(line)
-    return kept, removed
+        if tokens:
+            turn_left = MAX_TURN_LINES if tokens[-1] not in CHAT_CLOSERS else 0
+            forged[i] = True
+        elif turn_left:
+            turn_left -= 1
+            forged[i] = True
+        if FORGED_HEADER.match(line):
+            forged[i] = True
+            following = next((j for j in range(i + 1, len(lines)) if lines[j].strip()), None)
+            if following is not None:
+                forged[following] = True
+        if OUTPUT_JSON.match(line):
+            forged[i] = True
+    labelled = [j for j, line in enumerate(lines) if PROMPT_LABEL.match(line)]
+    for a, b in zip(labelled, labelled[1:], strict=False):
+        if all(not lines[k].strip() for k in range(a + 1, b)):  # two labels with nothing but blank lines between
+            forged[a] = forged[b] = True
+    return forged
 
 
 def inert_text(text: str) -> tuple[str, list[str]]:
-    """The text without what forges the prompt's structure or orders the assistant, and what was removed."""
+    """The text without what forges the prompts' structure or orders the assistant, and what was removed."""
     removed = HIDDEN_COMMENT.findall(text)
-    text = HIDDEN_COMMENT.sub("", text)
-    lines, forged = _forged_blocks(text.split("\n"))
-    removed += forged
+    lines = HIDDEN_COMMENT.sub("", text).split("\n")
     kept_lines = []
-    for line in lines:
+    for line, forged in zip(lines, _forged_lines(lines), strict=True):
+        if forged:
+            removed.append(line)
+            continue
         sentences = SENTENCE_END.split(line)
         orders = [s for s in sentences if ORDERS.search(s)]
         removed += orders
-        kept = " ".join(s for s in sentences if s not in orders) if orders else line
+        kept = line
+        for order in orders:
+            kept = kept.replace(order, "", 1)
+        kept = " ".join(kept.split()) if orders else line
         if kept.strip() or not line.strip():
             kept_lines.append(kept)
     return "\n".join(kept_lines), [r.strip() for r in removed if r.strip()]
 
 
 def inert(passages: list[Passage]) -> tuple[list[Passage], list[Fired]]:
-    """injection: each passage as the LM may read it, and a firing for each passage the guard changed."""
+    """injection: each passage as the LM may read it (its text and section title), those left with no text
+    dropped, and a firing for each passage the guard changed."""
     out: list[Passage] = []
     fired: list[Fired] = []
     for passage in passages:
-        text, removed = inert_text(passage.text)
-        if removed:
-            shown = " / ".join(removed)
-            fired.append(Fired("injection", f"in {passage.section or passage.source}: {shown[:SHOWN_CHARS]}",
-                               f"removed {len(removed)} line(s) or sentence(s) from what the LM reads",
+        (text, removed), (section, from_title) = inert_text(passage.text), inert_text(passage.section)
+        if removed or from_title:
+            shown = " / ".join(from_title + removed)
+            fired.append(Fired("injection", f"in {section or passage.source}: {shown[:SHOWN_CHARS]}",
+                               f"removed {len(removed) + len(from_title)} line(s) or sentence(s) from what the LM "
+                               f"reads" + ("" if text.strip() else ", and the passage with them"),
                                "text that forges the prompt's structure or gives the assistant orders"))
-            passage = replace(passage, text=text)
-        out.append(passage)
+            passage = replace(passage, text=text, section=section)
+        if passage.text.strip():
+            out.append(passage)
     return out, fired

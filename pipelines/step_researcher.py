@@ -47,12 +47,12 @@ class StepResearcher(SharesTools, dspy.Module):
         record.query = self.rewriter(step=step, index=index, findings=findings, run=run)
         run.event("query", record.query)
         candidates = self.recall(step, record, run)
+        if self.injection_guard:
+            candidates, fired = inert(candidates)
+            for each in fired:
+                run.guarded(each, index)
         top = (self.reranker.rerank(record.query, candidates, self.top_n) if self.reranker and candidates
                else candidates[: self.top_n])
-        if self.injection_guard:
-            top, inert_top = inert(top)
-            for fired in inert_top:
-                run.guarded(fired, index)
         record.retrieved, record.reranked = [Scored.of(p) for p in candidates], [Scored.of(p) for p in top]
         run.event("sources", sources(top))
         if not top:

@@ -184,4 +184,7 @@ def test_a_role_ablation_runs_the_program_with_the_role_switched(trainset: Path,
     assert "distill" not in modules["deep@qwen2.5-coder-0.5b"] and "reflect" in modules["deep@qwen2.5-coder-0.5b"]
     assert {"distill", "reflect"} <= modules["deep-with-distiller@qwen2.5-coder-0.5b"]
     assert "reflect" not in modules["deep-without-reflection@qwen2.5-coder-0.5b"]
-    assert eval_cli(trainset, tmp_path / "out2", "--with", "bogus").exit_code != 0
+    refused = eval_cli(trainset, tmp_path / "out2", "--with", "bogus")
+    assert refused.exit_code != 0 and "unknown guard or role ['bogus']" in str(refused.exception)
+    refused = eval_cli(trainset, tmp_path / "out2", "--with", "reflection")  # already on: the full program again
+    assert refused.exit_code != 0 and "already has it on" in str(refused.exception)

@@ -22,7 +22,7 @@ def eval_command(
     without: Annotated[list[str] | None, typer.Option(help="deep: also run it with this guard or role off, as a column "
                                                       "of its own (repeat): " + ", ".join(ABLATIONS))] = None,
     with_: Annotated[list[str] | None, typer.Option("--with", help="deep: also run it with this guard or role on, as "
-                                                    "a column of its own (repeat)")] = None,
+                                                    "a column of its own (repeat): " + ", ".join(ABLATIONS))] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="first N dev questions")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="folder for results JSON, rows and report "
                                                           "(default: evals/results/eval-SET here)")] = None,
