@@ -1,7 +1,7 @@
 """Deep `ask` latency: wall time per question of the default deep program over the 10-K and the web snapshot.
 
-    .venv/bin/python -m dspy_rag.evals.bench_ask_deep [--model local/qwen2.5-coder-0.5b] [--artifact NAME]
-        [--limit N] [--out evals/results/ask-deep.json]
+    .venv/bin/python -m dspy_rag.evals.bench_ask_deep [--model local/qwen2.5-coder-0.5b] [--artifact auto]
+        [--limit N] [--out evals/results/ask-deep-default.json]
 
 The questions are the reference question and the 10-K set's questions that join sections or need the web (its
 dev split first): those a planner should split into two or three steps (the uncompiled 0.5B splits few of
@@ -68,9 +68,10 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="local/qwen2.5-coder-0.5b")
-    parser.add_argument("--artifact", default="none", help="the compiled prompts to ask with (none: uncompiled)")
+    parser.add_argument("--artifact", default="auto", help="the compiled prompts to ask with (auto, as ask: the "
+                        "default shipped for the model; none: uncompiled)")
     parser.add_argument("--limit", type=int, default=8, help="questions asked (the reference question first)")
-    parser.add_argument("--out", type=Path, default=RESULTS / "ask-deep.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "ask-deep-default.json")
     args = parser.parse_args()
     runs = []
     artifacts = load_config().artifacts.path.resolve()  # the asking happens in a scratch folder
