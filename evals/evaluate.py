@@ -65,6 +65,11 @@ class Switch:
     def __str__(self) -> str:
         return f"{'with' if self.on else 'without'}-{self.name}"
 
+    @property
+    def part(self) -> str:
+        """The configuration section it switches in: guards or roles."""
+        return "guards" if self.name in GUARDS else "roles"
+
 
 @dataclass(frozen=True)
 class Column:
@@ -266,7 +271,7 @@ def run_eval(config: Config, questions: str, pipeline: list[str] | None = None, 
         raise UserError(f"unknown guard or role {sorted(unknown)}; choose {', '.join(ABLATIONS)}")
     switches = [*(Switch(name) for name in without or []), *(Switch(name, on=True) for name in with_ or [])]
     for switch in switches:  # a column switched to what the configuration already says is the full program again
-        if getattr(config.guards if switch.name in GUARDS else config.roles, switch.name) == switch.on:
+        if getattr(getattr(config, switch.part), switch.name) == switch.on:
             state = "on" if switch.on else "off"
             raise UserError(f"--{'with' if switch.on else 'without'} {switch.name}: the configuration already has it "
                             f"{state}; switch it the other way")
@@ -287,9 +292,8 @@ def run_eval(config: Config, questions: str, pipeline: list[str] | None = None, 
         switch = column.switch
         settings = config.model_copy(update={"lm": config.lm.model_copy(update={"model": column.model})})
         if switch is not None:
-            part = "guards" if switch.name in GUARDS else "roles"
-            switched = getattr(config, part).model_copy(update={switch.name: switch.on})
-            settings = settings.model_copy(update={part: switched})
+            switched = getattr(config, switch.part).model_copy(update={switch.name: switch.on})
+            settings = settings.model_copy(update={switch.part: switched})
         dspy.configure(lm=lm_for(column.model), adapter=dspy.JSONAdapter())
         return program_for(column.pipeline, settings, eval_set.index, eval_set.web, column.policy,
                            artifact=column.artifact)

@@ -25,11 +25,19 @@ def question_passages(question: str, retriever: Retriever, reranker: Reranker | 
             rankings.append(web.search(question, retriever.top_k))
         except WebSearchError as exc:
             web_error = str(exc)
-    candidates, fired = fuse(rankings, retriever.rrf_k), []
+    _, top, fired = reranked(question, fuse(rankings, retriever.rrf_k), reranker, top_n, injection_guard)
+    return top, web_error, fired
+
+
+def reranked(query: str, candidates: list[Passage], reranker: Reranker | None, top_n: int,
+             injection_guard: bool) -> tuple[list[Passage], list[Passage], list[Fired]]:
+    """The candidates made inert by the injection guard (when on), their top_n by the reranker (else by rank),
+    and the guard's firings."""
+    fired: list[Fired] = []
     if injection_guard:
         candidates, fired = inert(candidates)
-    top = reranker.rerank(question, candidates, top_n) if reranker and candidates else candidates[:top_n]
-    return top, web_error, fired
+    top = reranker.rerank(query, candidates, top_n) if reranker and candidates else candidates[:top_n]
+    return candidates, top, fired
 
 
 def evidence_chars(context_window: int) -> int:

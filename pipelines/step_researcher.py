@@ -5,7 +5,7 @@ import dspy
 
 from dspy_rag.config import GuardConfig, RoleConfig
 from dspy_rag.pipelines.distiller import Distiller
-from dspy_rag.pipelines.injection_guard import inert
+from dspy_rag.pipelines.evidence import reranked
 from dspy_rag.pipelines.query_rewriter import QueryRewriter
 from dspy_rag.pipelines.reflection import Reflection
 from dspy_rag.pipelines.research_run import ResearchRun, SharesTools
@@ -46,13 +46,10 @@ class StepResearcher(SharesTools, dspy.Module):
         run.event("step", f"step {index + 1}: {step.sub_question}")
         record.query = self.rewriter(step=step, index=index, findings=findings, run=run)
         run.event("query", record.query)
-        candidates = self.recall(step, record, run)
-        if self.injection_guard:
-            candidates, fired = inert(candidates)
-            for each in fired:
-                run.guarded(each, index)
-        top = (self.reranker.rerank(record.query, candidates, self.top_n) if self.reranker and candidates
-               else candidates[: self.top_n])
+        candidates, top, fired = reranked(record.query, self.recall(step, record, run), self.reranker, self.top_n,
+                                          self.injection_guard)
+        for each in fired:
+            run.guarded(each, index)
         record.retrieved, record.reranked = [Scored.of(p) for p in candidates], [Scored.of(p) for p in top]
         run.event("sources", sources(top))
         if not top:
