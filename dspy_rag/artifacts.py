@@ -213,13 +213,17 @@ RENAMES = (
     Rename("reflect", "researcher.reflection.predict"),
     Rename("decide", "policy.predict"),
 )
+# Predictors the program gained since; an artifact compiled before one loads it uncompiled (its own instruction).
+ADDED = ("router.route", "router.general")
 
 
 def migrated_predictors(predictors: dict[str, list[str]], expected: dict[str, list[str]]
                         ) -> tuple[dict[str, list[str]], list[Rename]]:
-    """The manifest's predictors as this program names them, and the renames that took. A predictor that moves
-    whole keeps the fields it was compiled with, so one whose signature changed since still fails to load."""
-    out, renamed = dict(predictors), []
+    """The manifest's predictors as this program names them (with those added since), and the renames that took.
+    A predictor that moves whole keeps the fields it was compiled with, so one whose signature changed since still
+    fails to load."""
+    out = {**predictors, **{name: expected[name] for name in ADDED if name in expected and name not in predictors}}
+    renamed: list[Rename] = []
     for rename in RENAMES:
         if rename.old in out and rename.old not in expected and rename.new in expected and rename.new not in out:
             out = {(rename.new if k == rename.old else k):
@@ -230,8 +234,12 @@ def migrated_predictors(predictors: dict[str, list[str]], expected: dict[str, li
 
 
 def migrated_state(state: dict[str, Any], renamed: list[Rename], program: dspy.Module) -> dict[str, Any]:
-    """The saved state with each renamed predictor's state moved to its new name (and fields)."""
+    """The saved state with each renamed predictor's state moved to its new name (and fields), and the program's
+    own state for each predictor added since."""
     predictors = dict(program.named_predictors())
+    for name in ADDED:
+        if name in predictors and name not in state:
+            state[name] = predictors[name].dump_state()
     for rename in renamed:
         old = state.pop(rename.old)
         if rename.fields is None:

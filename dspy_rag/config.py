@@ -143,6 +143,8 @@ class GuardConfig(Section):
                               "finding or shares no word with it")
     keep_going: bool = Field(True, description="go on, without a policy call, when a remaining step builds on "
                              "an earlier answer or is the first web search")
+    route_check: bool = Field(True, description="research a question the router declines when the reranker judges "
+                              "one of its passages relevant")
     injection: bool = Field(True, description="remove passage text that forges the prompt's structure or gives the "
                             "assistant orders before an LM reads it (both programs)")
 
@@ -152,6 +154,8 @@ class RoleConfig(Section):
 
     distiller: bool = Field(False, description="notes on each step's passages by the LM; off: their first sentences")
     reflection: bool = Field(True, description="each step's finding by the LM; off: the notes' first sentence")
+    router: bool = Field(False, description="route the question first: research it, answer it from general "
+                         "knowledge, ask for what it leaves out, or say what the documents cover; off: research all")
 
 
 class WebConfig(Section):

@@ -17,6 +17,7 @@ from dspy_rag.pipelines.lm_calls import BudgetExhausted, LMCalls
 from dspy_rag.pipelines.planner import Planner
 from dspy_rag.pipelines.policy import PolicyMode, ResearchPolicy
 from dspy_rag.pipelines.research_run import Events, ResearchRun, SharesTools
+from dspy_rag.pipelines.router import Router, coverage
 from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.step_researcher import StepResearcher, sources
 from dspy_rag.pipelines.synthesizer import Synthesizer
@@ -33,7 +34,7 @@ class DeepResearch(SharesTools, dspy.Module):
                  evidence_chars: int = evidence_chars(4096), guards: GuardConfig | None = None,
                  roles: RoleConfig | None = None) -> None:
         super().__init__()
-        guards = guards or GuardConfig()
+        guards, roles = guards or GuardConfig(), roles or RoleConfig()
         self.retriever = retriever
         self.reranker = reranker
         self.web = web
@@ -44,9 +45,10 @@ class DeepResearch(SharesTools, dspy.Module):
         self.injection_guard = guards.injection
         self.artifact: str | None = None  # the compiled artifact whose prompts and demos it runs, if any
         self.planner = Planner(guards)
-        self.researcher = StepResearcher(retriever, reranker, web, top_n, guards, roles or RoleConfig())
+        self.researcher = StepResearcher(retriever, reranker, web, top_n, guards, roles)
         self.policy = ResearchPolicy(policy, learned, guards.keep_going)
         self.synthesizer = Synthesizer()
+        self.router = Router(roles.router, guards.route_check)
 
     def forward(self, question: str) -> dspy.Prediction:
         record = Trajectory(question, self.policy.mode, self.reranker.name if self.reranker else "none",
@@ -59,6 +61,8 @@ class DeepResearch(SharesTools, dspy.Module):
         record.floor = [Scored.of(p) for p in floor]
         run.event("sources", "for the question: " + sources(floor))
         findings: list[str] = []
+        if self.router.enabled and (routed := self.route(question, floor, run)).answer is not None:
+            return self.synthesizer.stated(routed.answer, routed.short_answer, findings, run)
         read: list[list[Passage]] = []  # each step's reranked passages
         try:
             plan = self.plan(question, findings, run)
@@ -90,6 +94,12 @@ class DeepResearch(SharesTools, dspy.Module):
             run.event("stop", f"stopped early: {exc}")
         return self.synthesizer(question=question, findings=findings,
                                 evidence=final_evidence(floor, read, self.evidence_chars), run=run)
+
+    def route(self, question: str, floor: list[Passage], run: ResearchRun) -> dspy.Prediction:
+        index = self.retriever.index
+        return self.router(question=question, covered=coverage(list(index.sources), index.section_titles),
+                           web_available=self.web is not None, floor=floor, reranked=self.reranker is not None,
+                           run=run)
 
     def plan(self, question: str, findings: list[str], run: ResearchRun) -> dspy.Prediction:
         return self.planner(question=question, sections=self.retriever.index.section_titles,

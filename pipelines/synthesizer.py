@@ -55,21 +55,29 @@ class Synthesizer(dspy.Module):
                 ) -> dspy.Prediction:
         record = run.trajectory
         if not evidence:
-            draft, citations, checks = NOTHING_FOUND, [], []
-            answer, short = draft, ""
-        else:
-            short, evidence = self.answer_fitting(question, findings, evidence, run)
-            draft = cited_lead(short, question, evidence)
-            if len(record.steps) > 1:  # one step's finding says what the lead says, in a small model's words
-                draft = with_findings(draft, evidence, record)
-            answer, citations = resolve(draft, evidence)
-            checks = check_citations(draft, evidence)
+            return self.stated(NOTHING_FOUND, "", findings, run)
+        short, evidence = self.answer_fitting(question, findings, evidence, run)
+        draft = cited_lead(short, question, evidence)
+        if len(record.steps) > 1:  # one step's finding says what the lead says, in a small model's words
+            draft = with_findings(draft, evidence, record)
+        answer, citations = resolve(draft, evidence)
+        checks = check_citations(draft, evidence)
         record.answer, record.short_answer, record.citations = answer, short, [vars(c) for c in citations]
         record.flagged = [{"sentence": c.sentence, "reason": c.reason} for c in checks if c.reason]
         record.citation_validity = citation_validity(checks)
         record.seconds = round(run.calls.elapsed, 3)
         return dspy.Prediction(answer=answer, short_answer=short, draft=draft, citations=citations,
                                flagged=record.flagged, passages=evidence, findings=findings, trajectory=record)
+
+    @staticmethod
+    def stated(answer: str, short: str, findings: list[str], run: ResearchRun) -> dspy.Prediction:
+        """An answer that cites nothing (nothing was found, or the router answered), recorded like any other."""
+        record = run.trajectory
+        record.answer, record.short_answer, record.citations, record.flagged = answer, short, [], []
+        record.citation_validity = None
+        record.seconds = round(run.calls.elapsed, 3)
+        return dspy.Prediction(answer=answer, short_answer=short, draft=answer, citations=[], flagged=[],
+                               passages=[], findings=findings, trajectory=record)
 
     def answer_fitting(self, question: str, findings: list[str], evidence: list[Passage], run: ResearchRun
                        ) -> tuple[str, list[Passage]]:

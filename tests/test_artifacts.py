@@ -113,6 +113,29 @@ def test_a_predictor_moved_whole_keeps_its_fields_so_a_changed_signature_still_f
     assert predictors == {"planner.predict": ["question", "->", "steps", "reason"]}
 
 
+def test_a_predictor_the_program_gained_since_is_taken_as_uncompiled_only_where_it_is_missing() -> None:
+    older = {"planner.predict": ["question", "->", "steps"]}
+    expected = {**older, "router.route": ["question", "coverage", "web_available", "->", "route", "reason"]}
+    assert artifacts.migrated_predictors(older, expected) == (expected, [])
+    changed = {**older, "router.route": ["question", "->", "route"]}  # compiled with it, in other fields: refused
+    assert artifacts.migrated_predictors(changed, expected)[0] != expected
+
+
+@pytest.mark.slow
+def test_an_artifact_from_before_the_router_loads_with_the_router_uncompiled(tenk_index: Index, tmp_path: Path) -> None:
+    shipped = artifacts.SHIPPED / "deep-qwen2.5-coder-0.5b"
+    state = {k: v for k, v in json.loads((shipped / "program.json").read_text()).items() if not k.startswith("router.")}
+    raw = json.loads((shipped / "manifest.json").read_text())
+    raw["predictors"] = {k: v for k, v in raw["predictors"].items() if not k.startswith("router.")}
+    body = json.dumps(state).encode()
+    (tmp_path / "program.json").write_bytes(body)
+    (tmp_path / "manifest.json").write_text(json.dumps({**raw, "state_sha256": hashlib.sha256(body).hexdigest()}))
+    older, current = DeepResearch(Retriever(tenk_index, top_k=10)), DeepResearch(Retriever(tenk_index, top_k=10))
+    artifacts.load(tmp_path, older)
+    artifacts.load(shipped, current)
+    assert older.dump_state() == current.dump_state() and older.router.route.demos == []
+
+
 @pytest.mark.slow
 def test_an_artifact_of_the_program_before_its_role_modules_loads_with_its_instructions_and_demos(
         tenk_index: Index, tmp_path: Path) -> None:
@@ -123,9 +146,10 @@ def test_an_artifact_of_the_program_before_its_role_modules_loads_with_its_instr
             "researcher.supervisor.predict": "supervise", "researcher.distiller.predict": "distill",
             "researcher.reflection.predict": "reflect", "policy.predict": "decide",
             "synthesizer.short_answer.predict": "short_answer.predict"}
-    state = {flat.get(k, k): v for k, v in json.loads((tmp_path / "new" / "program.json").read_text()).items()}
+    saved = json.loads((tmp_path / "new" / "program.json").read_text())
+    state = {flat.get(k, k): v for k, v in saved.items() if not k.startswith("router.")}  # it had no router
     raw = json.loads((tmp_path / "new" / "manifest.json").read_text())
-    raw["predictors"] = {flat[k]: v for k, v in raw["predictors"].items()}
+    raw["predictors"] = {flat[k]: v for k, v in raw["predictors"].items() if k in flat}
     old = tmp_path / "old"
     old.mkdir()
     body = json.dumps(state).encode()

@@ -9,6 +9,7 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
+from dspy_rag import reranker as reranking
 from dspy_rag.config import BudgetConfig, GuardConfig, RoleConfig
 from dspy_rag.index import Index
 from dspy_rag.pipelines.deep import DeepResearch
@@ -16,6 +17,7 @@ from dspy_rag.pipelines.guards import query_for, routed_to_web
 from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.synthesizer import cited_from
 from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
+from dspy_rag.reranker import open_reranker
 from dspy_rag.retrieval import Passage, Retriever
 from dspy_rag.signatures import Step
 from dspy_rag.trainsets.formats import sub_question
@@ -450,3 +452,69 @@ def test_trajectory_is_versioned_json(tenk_index: Index) -> None:
     assert set(record["steps"][0]) >= {"query", "strategy", "retrieved", "reranked", "context", "finding",
                                        "decision"}
     assert record["steps"][0]["reranked"][0]["id"] == record["steps"][0]["used_passages"][0]
+
+
+def routed(route: str, reason: str = "scripted") -> dict[str, str]:
+    return {"route": route, "reason": reason}
+
+
+@pytest.mark.slow
+def test_the_router_is_off_by_default_and_makes_no_call(tenk_index: Index) -> None:
+    prediction, lm = run(tenk_index, [plan("What was Data Center revenue?"), *step(), decide("FINISH"), synthesize()])
+    assert "route" not in [c.module for c in prediction.trajectory.calls]
+    assert prediction.trajectory.route == "research" and len(lm.history) == 7
+
+
+@pytest.mark.slow
+def test_a_general_question_is_answered_from_general_knowledge_without_research(tenk_index: Index) -> None:
+    prediction, lm = run(tenk_index, [routed("general", "arithmetic"), {"answer": "4"}], question="What is 2 + 2?",
+                         roles=RoleConfig(router=True))
+    trajectory = prediction.trajectory
+    assert [c.module for c in trajectory.calls] == ["route", "general"] and len(lm.history) == 2
+    assert prediction.answer == "4 (from general knowledge, not from the documents)" and prediction.short_answer == "4"
+    assert trajectory.route == "general" and trajectory.steps == [] and prediction.citations == []
+    assert ("route", "general: arithmetic") in prediction.events
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("route, says", [("out_of_scope", "The documents do not cover this (about Apple). They "
+                                                          "cover: nvda-20230129.htm; sections: "),
+                                         ("needs_more_info", "The question needs more to go on: about Apple")])
+def test_a_question_not_researched_says_why_in_one_call(tenk_index: Index, route: str, says: str) -> None:
+    prediction, lm = run(tenk_index, [routed(route, "about Apple")], question="What was Apple's iPhone revenue?",
+                         roles=RoleConfig(router=True))
+    assert prediction.answer.startswith(says) and len(lm.history) == 1 and prediction.trajectory.route == route
+    if route == "out_of_scope":
+        assert "Item 7" in prediction.answer  # what the filing covers, by its sections
+
+
+@pytest.mark.slow
+def test_a_routed_research_question_runs_the_research_after_one_route_call(tenk_index: Index) -> None:
+    replies = [routed("research"), plan("What was Data Center revenue?"), *step(), decide("FINISH"), synthesize()]
+    prediction, lm = run(tenk_index, replies, roles=RoleConfig(distiller=True, router=True))
+    assert [c.module for c in prediction.trajectory.calls][:2] == ["route", "plan"] and len(lm.history) == 8
+    assert prediction.short_answer == "$15.01 billion"
+
+
+@pytest.mark.slow
+def test_an_unparseable_route_is_researched_and_the_trajectory_says_so(tenk_index: Index) -> None:
+    garbled = {"route": "maybe", "reason": "?"}  # no route the signature allows, twice
+    replies = [garbled, garbled, plan("What was Data Center revenue?"), *step(), decide("FINISH"), synthesize()]
+    prediction, _ = run(tenk_index, replies, roles=RoleConfig(distiller=True, router=True))
+    trajectory = prediction.trajectory
+    assert trajectory.degraded == ["route"] and trajectory.route == "research"
+    assert trajectory.route_reason.startswith("fallback") and prediction.short_answer == "$15.01 billion"
+
+
+@pytest.mark.slow
+def test_route_check_researches_a_question_the_router_declines_that_the_documents_answer(tenk_index: Index) -> None:
+    reranker = open_reranker(str(reranking.SHIPPED / reranking.DEFAULT_NAME))
+    replies = [routed("out_of_scope", "not about the documents"), plan("What was Data Center revenue?"), *step(),
+               decide("FINISH"), synthesize()]
+    question = "What was NVIDIA's Data Center revenue in fiscal year 2023?"
+    on, _ = run(tenk_index, replies, question=question, reranker=reranker, roles=RoleConfig(distiller=True, router=True))
+    assert on.trajectory.route == "research" and [g["guard"] for g in on.trajectory.guards] == ["route_check"]
+    assert on.short_answer == "$15.01 billion"
+    off, lm = run(tenk_index, replies, question=question, reranker=reranker,
+                  roles=RoleConfig(distiller=True, router=True), guards=GuardConfig(route_check=False))
+    assert off.trajectory.route == "out_of_scope" and len(lm.history) == 1 and off.citations == []
