@@ -15,6 +15,7 @@ from dspy_rag.citations import (
     with_marker,
     word_overlap,
 )
+from dspy_rag.pipelines.conflict_note import ConflictGuard, as_json, with_conflicts
 from dspy_rag.pipelines.research_run import ResearchRun
 from dspy_rag.pipelines.short_answer import ShortAnswer, cited_lead
 from dspy_rag.pipelines.step_answer import answer_in
@@ -47,21 +48,28 @@ class Synthesizer(dspy.Module):
     """Answers the question from the evidence. The findings stay out of the short answer's prompt: a small
     model's paraphrase that names the wrong figure outvotes the passages."""
 
-    def __init__(self) -> None:
+    def __init__(self, conflict_guard: ConflictGuard) -> None:
         super().__init__()
         self.short_answer = ShortAnswer()
+        self.conflict_guard = conflict_guard
 
-    def forward(self, question: str, findings: list[str], evidence: list[Passage], run: ResearchRun
-                ) -> dspy.Prediction:
+    def forward(self, question: str, findings: list[str], evidence: list[Passage], run: ResearchRun,
+                kinds: dict[str, str]) -> dspy.Prediction:
+        """`kinds`: each ingested source's document type, which ranks it for the conflicts guard."""
         record = run.trajectory
         if not evidence:
             draft, citations, checks = NOTHING_FOUND, [], []
             answer, short = draft, ""
         else:
             short, evidence = self.answer_fitting(question, findings, evidence, run)
+            short, found, fired = self.conflict_guard(question, short, evidence, kinds)
+            for each in fired:
+                run.guarded(each)
             draft = cited_lead(short, question, evidence)
             if len(record.steps) > 1:  # one step's finding says what the lead says, in a small model's words
                 draft = with_findings(draft, evidence, record)
+            draft = with_conflicts(draft, found, evidence)
+            record.conflicts = [as_json(c, evidence) for c in found]
             answer, citations = resolve(draft, evidence)
             checks = check_citations(draft, evidence)
         record.answer, record.short_answer, record.citations = answer, short, [vars(c) for c in citations]
@@ -69,7 +77,8 @@ class Synthesizer(dspy.Module):
         record.citation_validity = citation_validity(checks)
         record.seconds = round(run.calls.elapsed, 3)
         return dspy.Prediction(answer=answer, short_answer=short, draft=draft, citations=citations,
-                               flagged=record.flagged, passages=evidence, findings=findings, trajectory=record)
+                               flagged=record.flagged, passages=evidence, findings=findings, trajectory=record,
+                               conflicts=record.conflicts)
 
     def answer_fitting(self, question: str, findings: list[str], evidence: list[Passage], run: ResearchRun
                        ) -> tuple[str, list[Passage]]:

@@ -80,6 +80,7 @@ class Trajectory:
     floor: list[Scored] = field(default_factory=list)  # the question's own reranked passages, the baseline's evidence
     guards: list[dict[str, Any]] = field(default_factory=list)  # each guard firing: guard, saw, changed, why, step
     web_error: str | None = None  # the web search of the question itself failed
+    conflicts: list[dict[str, Any]] = field(default_factory=list)  # values the evidence disagrees on, cited
     seconds: float = 0.0
 
     @property

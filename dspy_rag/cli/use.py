@@ -136,7 +136,7 @@ def ask(
             "question": text, "pipeline": pipeline, "model": settings.lm.model, "answer": result.answer,
             "short_answer": result.short_answer, "artifact": program.artifact if pipeline == "deep" else None,
             "citations": [vars(c) for c in result.citations], "flagged": getattr(result, "flagged", []),
-            "guards": guards,
+            "guards": guards, "conflicts": result.conflicts,
             "retrieved": [{"id": p.id, "source": p.source, "section": p.section, "score": p.score}
                           for p in result.passages],
             "web": {"provider": searcher.name if searcher else "off", "error": web_error},
