@@ -29,7 +29,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])|\n")
 LINKING = frozenset(
     "was were is are be been being of at to in for on as totaled totalled total reached amounted came reported "
     "recorded approximately about nearly roughly around some a an the fiscal year years quarter half full first "
-    "second third fourth fy ended ending its our their had has have paid spent made".split())
+    "second third fourth fy ended ending its our their had has have paid spent made with".split())
 CHANGES = frozenset("up down increased decreased rose grew fell declined dropped increase decrease growth gain "
                     "loss change changed higher lower by".split())
 # A figure after these is another quantity's (a comparison, the prior period, a part).
@@ -102,7 +102,7 @@ def _metric(before: str) -> tuple[tuple[str, ...], str | None, bool, bool]:
     while tokens and ((word := tokens[-1].lower()) in LINKING or word in CHANGES or _YEAR.fullmatch(word)
                       or _A_VERB.fullmatch(word)):
         linking.append(tokens.pop().lower())
-    own = not (linking and linking[0] in NOT_ITS_OWN) and not (tokens and tokens[-1].lower() in NOT_ITS_OWN)
+    own = not any(word in NOT_ITS_OWN for word in linking)
     metric: list[str] = []
     owner = None
     while tokens and len(metric) < MAX_METRIC_WORDS and tokens[-1][0].isalpha():
