@@ -83,7 +83,7 @@ class Research:
         return cls(config, index, build_lm(config.lm), program, searcher)
 
     def ask(self, question: str) -> dspy.Prediction:
-        """The program's answer: `answer` (cited), `short_answer`, `citations`, `flagged` (unsupported sentences),
+        """The program's answer: `answer` (cited), `short_answer`, `citations`, `flagged` (unsupported sentences), `conflicts`,
         `passages` (the evidence), and for the deep program `trajectory`."""
         import dspy
 
