@@ -83,8 +83,8 @@ class Research:
         return cls(config, index, build_lm(config.lm), program, searcher)
 
     def ask(self, question: str) -> dspy.Prediction:
-        """The program's answer: `answer` (cited), `short_answer`, `citations`, `flagged` (unsupported sentences), `conflicts`,
-        `passages` (the evidence), and for the deep program `trajectory`."""
+        """The program's answer: `answer` (cited), `short_answer`, `citations`, `flagged` (unsupported sentences),
+        `conflicts`, `single_source` (web on), `passages` (the evidence), and for the deep program `trajectory`."""
         import dspy
 
         with dspy.context(lm=self.lm, adapter=dspy.JSONAdapter()):

@@ -11,6 +11,7 @@ import dspy
 from dspy_rag.citations import check_citations, number_passages, resolve
 from dspy_rag.config import TierConfig
 from dspy_rag.pipelines.conflict_note import ConflictGuard, as_json, document_kinds, with_conflicts
+from dspy_rag.pipelines.corroboration import single_source
 from dspy_rag.pipelines.evidence import question_passages
 from dspy_rag.pipelines.lm_calls import Unparseable, predict_parsed
 from dspy_rag.pipelines.short_answer import ShortAnswer, cited_lead
@@ -39,7 +40,7 @@ class BaselineRAG(dspy.Module):
         if not passages:
             return dspy.Prediction(answer="The index holds no passage that matches the question.", short_answer="",
                                    draft="", citations=[], passages=[], web_error=web_error, flagged=[], guards=guards,
-                                   conflicts=[])
+                                   conflicts=[], single_source=None)
         result, attempts = predict_parsed(self.answer, {"question": question, "passages": number_passages(passages)})
         if result is None:  # one call, no findings: nothing honest to fall back on
             raise Unparseable(f"the answer's output did not parse in {attempts} attempts")
@@ -51,4 +52,5 @@ class BaselineRAG(dspy.Module):
         flagged = [{"sentence": c.sentence, "reason": c.reason} for c in check_citations(draft, passages) if c.reason]
         return dspy.Prediction(answer=answer, short_answer=short, draft=draft, citations=citations,
                                passages=passages, web_error=web_error, flagged=flagged, guards=guards,
-                               conflicts=[as_json(c, passages) for c in found])
+                               conflicts=[as_json(c, passages) for c in found],
+                               single_source=single_source(short, passages) if self.web is not None else None)

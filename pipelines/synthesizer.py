@@ -16,6 +16,7 @@ from dspy_rag.citations import (
     word_overlap,
 )
 from dspy_rag.pipelines.conflict_note import ConflictGuard, as_json, with_conflicts
+from dspy_rag.pipelines.corroboration import single_source
 from dspy_rag.pipelines.research_run import ResearchRun
 from dspy_rag.pipelines.short_answer import ShortAnswer, cited_lead
 from dspy_rag.pipelines.step_answer import answer_in
@@ -70,6 +71,7 @@ class Synthesizer(dspy.Module):
                 draft = with_findings(draft, evidence, record)
             draft = with_conflicts(draft, found, evidence)
             record.conflicts = [as_json(c, evidence) for c in found]
+            record.single_source = single_source(short, evidence) if record.web != "off" else None
             answer, citations = resolve(draft, evidence)
             checks = check_citations(draft, evidence)
         record.answer, record.short_answer, record.citations = answer, short, [vars(c) for c in citations]
@@ -78,7 +80,7 @@ class Synthesizer(dspy.Module):
         record.seconds = round(run.calls.elapsed, 3)
         return dspy.Prediction(answer=answer, short_answer=short, draft=draft, citations=citations,
                                flagged=record.flagged, passages=evidence, findings=findings, trajectory=record,
-                               conflicts=record.conflicts)
+                               conflicts=record.conflicts, single_source=record.single_source)
 
     def answer_fitting(self, question: str, findings: list[str], evidence: list[Passage], run: ResearchRun
                        ) -> tuple[str, list[Passage]]:

@@ -81,6 +81,7 @@ class Trajectory:
     guards: list[dict[str, Any]] = field(default_factory=list)  # each guard firing: guard, saw, changed, why, step
     web_error: str | None = None  # the web search of the question itself failed
     conflicts: list[dict[str, Any]] = field(default_factory=list)  # values the evidence disagrees on, cited
+    single_source: dict[str, str] | None = None  # web on: the short answer, when one source alone states it
     seconds: float = 0.0
 
     @property

@@ -186,6 +186,7 @@ def test_two_documents_that_disagree_are_both_in_the_answer_cited(acme: FakeLM, 
                       ("$14.0 million", "press-release.md", "Acme reports record results", 1)}
     assert {v["id"] for v in conflict["values"]} <= {r["id"] for r in result["retrieved"]}
     assert any(g["guard"] == "conflicts" for g in result["guards"])
+    assert result["single_source"] is None  # the web is off: no second source was looked for
 
 
 @pytest.mark.parametrize("pipeline", ["baseline", "deep"])
@@ -201,6 +202,24 @@ def test_the_filing_outranks_a_news_page_on_the_web_and_the_answer_says_so(acme:
     (conflict,) = result["conflicts"]
     assert conflict["preferred"] == "$12.4 million"
     assert [v["tier"] for v in conflict["values"]] == [1, 3]
+    assert result["single_source"] == {"claim": "$12.4 million", "source": str(Path("acme-10k.md").resolve())}
+
+
+@pytest.mark.parametrize("pipeline", ["baseline", "deep"])
+def test_with_the_web_on_an_answer_only_one_source_states_is_flagged_single_source(
+        acme: FakeLM, pipeline: str, tmp_path: Path) -> None:
+    """The filing's $12.4 million, confirmed by an investor page on the web: two sources; two pages of one site
+    that restate the news page's figure are still one."""
+    confirming = {**SNAPSHOT, "url": "https://investor.acme.com/results", "content": FILING}
+    (tmp_path / "two.jsonl").write_text(json.dumps(SNAPSHOT) + "\n" + json.dumps(confirming) + "\n")
+    assert invoke("ingest", "acme-10k.md").returncode == 0
+    assert ask_json("--pipeline", pipeline, "--web", "two.jsonl")["single_source"] is None
+    acme.replies["Question:\n"] = {"short_answer": "a record for the company"}
+    mirrored = {**SNAPSHOT, "url": "https://www.reuters.com/business/acme-record-2", "content": PRESS + " Shares rose."}
+    (tmp_path / "mirror.jsonl").write_text(json.dumps(SNAPSHOT) + "\n" + json.dumps(mirrored) + "\n")
+    flagged = ask_json("--pipeline", pipeline, "--web", "mirror.jsonl")["single_source"]
+    assert flagged is not None and flagged["claim"] == "a record for the company"
+    assert flagged["source"].startswith("https://www.reuters.com/business/acme-record")
 
 
 @pytest.mark.parametrize("pipeline", ["baseline", "deep"])
