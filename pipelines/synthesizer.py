@@ -15,6 +15,7 @@ from dspy_rag.citations import (
     with_marker,
     word_overlap,
 )
+from dspy_rag.config import TierConfig
 from dspy_rag.pipelines.conflict_note import ConflictGuard, as_json, with_conflicts
 from dspy_rag.pipelines.corroboration import single_source
 from dspy_rag.pipelines.research_run import ResearchRun
@@ -49,10 +50,10 @@ class Synthesizer(dspy.Module):
     """Answers the question from the evidence. The findings stay out of the short answer's prompt: a small
     model's paraphrase that names the wrong figure outvotes the passages."""
 
-    def __init__(self, conflict_guard: ConflictGuard) -> None:
+    def __init__(self, conflict_guard: ConflictGuard | None = None) -> None:
         super().__init__()
         self.short_answer = ShortAnswer()
-        self.conflict_guard = conflict_guard
+        self.conflict_guard = conflict_guard or ConflictGuard(TierConfig())
 
     def forward(self, question: str, findings: list[str], evidence: list[Passage], run: ResearchRun,
                 kinds: dict[str, str]) -> dspy.Prediction:
