@@ -131,7 +131,7 @@ def values_in(text: str) -> list[float | str]:
 def figures(text: str) -> list[Figure]:
     """The figures of a text whose slot can be read, in order."""
     found = []
-    for sentence in _SENTENCE_END.split(" ".join(text.split(" "))):
+    for sentence in _SENTENCE_END.split(text):
         matches = list(_FIGURE.finditer(sentence))
         for i, match in enumerate(matches):
             start = matches[i - 1].end() if i else 0
