@@ -84,7 +84,7 @@ class Research:
 
     def ask(self, question: str) -> dspy.Prediction:
         """The program's answer: `answer` (cited), `short_answer`, `citations`, `flagged` (unsupported sentences),
-        `passages` (the evidence), and for the deep program `trajectory`."""
+        `conflicts`, `single_source` (web on), `passages` (the evidence), and for the deep program `trajectory`."""
         import dspy
 
         with dspy.context(lm=self.lm, adapter=dspy.JSONAdapter()):

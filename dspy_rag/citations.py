@@ -99,8 +99,26 @@ def answer_overlap(answer: str, text: str) -> float | None:
     return len(words & set(_squash(text).split())) / len(words) if words else None
 
 
+# Words that say where a value comes from ("According to acme-10k.md (the user's documents), it is ...") rather than what
+# it is; in a sentence naming its passage's source they are no part of the claim checked against the passage.
+ATTRIBUTION = frozenset("according source sources tier ranks above other prefers answer user documents primary "
+                        "news another web page".split())
+_WORD = re.compile(r"[A-Za-z][A-Za-z'’]*")
+
+
+def claim_of(sentence: str, passage: Passage) -> str:
+    """The sentence as a claim about the passage: without the passage's source name and, when it names it, the
+    words that attribute the value to that source."""
+    name = source_name(passage.source)
+    if not name or name not in sentence:
+        return sentence
+    return _WORD.sub(lambda w: " " if re.sub(r"['’]s$", "", w.group().lower()) in ATTRIBUTION else w.group(),
+                     sentence.replace(name, " "))
+
+
 def supports(sentence: str, passage: Passage) -> bool:
     """Every figure of the sentence appears in the passage and enough of its words do."""
+    sentence = claim_of(sentence, passage)
     if not _numbers(_MARKER.sub(" ", sentence)) <= _numbers(passage.text):
         return False
     overlap = word_overlap(sentence, passage.text)

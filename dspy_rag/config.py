@@ -147,6 +147,8 @@ class GuardConfig(Section):
                               "one of its passages relevant")
     injection: bool = Field(True, description="remove passage text that forges the prompt's structure or gives the "
                             "assistant orders before an LM reads it (both programs)")
+    conflicts: bool = Field(True, description="state each value, cited, when the evidence gives different values for "
+                            "the same quantity, and prefer the higher-tier source's (both programs)")
 
 
 class RoleConfig(Section):
@@ -156,6 +158,32 @@ class RoleConfig(Section):
     reflection: bool = Field(True, description="each step's finding by the LM; off: the notes' first sentence")
     router: bool = Field(False, description="route the question first: research it, answer it from general "
                          "knowledge, ask for what it leaves out, or say what the documents cover; off: research all")
+
+
+class TierRule(Section):
+    """Sources matching every criterion given get `tier` (1 is trusted most)."""
+
+    tier: int = Field(ge=1, le=9)
+    path: str | None = Field(None, description="a glob on the source's path or URL, e.g. '*/filings/*'")
+    domain: str | None = Field(None, description="a glob on a web source's domain, e.g. '*.gov' or 'sec.gov'")
+    kind: str | None = Field(None, description="document (ingested), web, or an ingested type: html, markdown, "
+                             "text, pdf")
+
+
+NEWS_DOMAINS = ("reuters.com", "bloomberg.com", "cnbc.com", "wsj.com", "ft.com", "apnews.com", "nytimes.com",
+                "marketwatch.com", "fool.com", "techcrunch.com", "theverge.com", "engadget.com", "zdnet.com",
+                "arstechnica.com", "forbes.com", "businessinsider.com", "yahoo.com", "news.*")
+DEFAULT_TIER_RULES = [TierRule(tier=1, kind="document"), TierRule(tier=2, domain="*.gov"),
+                      TierRule(tier=2, domain="investor.*"), TierRule(tier=2, domain="investors.*"),
+                      TierRule(tier=2, domain="ir.*"), *(TierRule(tier=3, domain=d) for d in NEWS_DOMAINS)]
+
+
+class TierConfig(Section):
+    """Source tiers (dspy_rag/tiers.py): the first rule a source matches gives its tier; add your company's own
+    domain as tier 2, e.g. `rules: [{tier: 2, domain: nvidia.com}, ...]` (a list replaces the defaults)."""
+
+    rules: list[TierRule] = Field(default_factory=lambda: list(DEFAULT_TIER_RULES))
+    default: int = Field(4, ge=1, le=9, description="the tier of a source no rule matches")
 
 
 class WebConfig(Section):
@@ -186,6 +214,7 @@ class Config(Section):
     budgets: BudgetConfig = BudgetConfig()
     guards: GuardConfig = GuardConfig()
     roles: RoleConfig = RoleConfig()
+    tiers: TierConfig = TierConfig()
     web: WebConfig = WebConfig()
     artifacts: ArtifactConfig = ArtifactConfig()
     mlflow: MLflowConfig = MLflowConfig()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import dspy
 
 from dspy_rag.evals.research_metric import ResearchMetric
+from dspy_rag.pipelines.conflict_note import document_kinds
 from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.lm_calls import LMCalls
 from dspy_rag.pipelines.policy_features import DecisionPoint, Embed, decision_points, feature_values
@@ -81,5 +82,6 @@ def decision_at(program: DeepResearch, example: dspy.Example, metric: ResearchMe
     evidence = [p for p in prediction.passages if p.id in read]
     stopped = replace(trajectory, steps=list(point.steps), calls=calls.records)
     answer = program.synthesizer(question=example.question, findings=findings, evidence=evidence,
-                                 run=ResearchRun(stopped, calls, lambda _kind, _text: None))
+                                 run=ResearchRun(stopped, calls, lambda _kind, _text: None),
+                                 kinds=document_kinds(program.retriever.index))
     return Decision(feature_values(point, embed), lm_decision, metric.score(example, answer))

@@ -10,7 +10,8 @@ fallback, and the trajectory says so.
 
 import dspy
 
-from dspy_rag.config import BudgetConfig, GuardConfig, RoleConfig
+from dspy_rag.config import BudgetConfig, GuardConfig, RoleConfig, TierConfig
+from dspy_rag.pipelines.conflict_note import ConflictGuard, document_kinds
 from dspy_rag.pipelines.evidence import evidence_chars, final_evidence, question_passages
 from dspy_rag.pipelines.learned_policy import LearnedPolicy
 from dspy_rag.pipelines.lm_calls import BudgetExhausted, LMCalls
@@ -32,7 +33,7 @@ class DeepResearch(SharesTools, dspy.Module):
                  top_n: int = 4, budgets: BudgetConfig | None = None, policy: PolicyMode = "llm",
                  on_event: Events = lambda kind, text: None, learned: LearnedPolicy | None = None,
                  evidence_chars: int = evidence_chars(4096), guards: GuardConfig | None = None,
-                 roles: RoleConfig | None = None) -> None:
+                 roles: RoleConfig | None = None, tiers: TierConfig | None = None) -> None:
         super().__init__()
         guards, roles = guards or GuardConfig(), roles or RoleConfig()
         self.retriever = retriever
@@ -47,7 +48,7 @@ class DeepResearch(SharesTools, dspy.Module):
         self.planner = Planner(guards)
         self.researcher = StepResearcher(retriever, reranker, web, top_n, guards, roles)
         self.policy = ResearchPolicy(policy, learned, guards.keep_going)
-        self.synthesizer = Synthesizer()
+        self.synthesizer = Synthesizer(ConflictGuard(tiers or TierConfig(), guards.conflicts))
         self.router = Router(roles.router, guards.route_check)
 
     def forward(self, question: str) -> dspy.Prediction:
@@ -93,7 +94,8 @@ class DeepResearch(SharesTools, dspy.Module):
             record.stopped_early = str(exc)
             run.event("stop", f"stopped early: {exc}")
         return self.synthesizer(question=question, findings=findings,
-                                evidence=final_evidence(floor, read, self.evidence_chars), run=run)
+                                evidence=final_evidence(floor, read, self.evidence_chars), run=run,
+                                kinds=document_kinds(self.retriever.index))
 
     def route(self, question: str, floor: list[Passage], run: ResearchRun) -> dspy.Prediction:
         index = self.retriever.index

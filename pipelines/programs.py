@@ -11,6 +11,7 @@ from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
 from dspy_rag.pipelines.baseline import BaselineRAG
+from dspy_rag.pipelines.conflict_note import ConflictGuard
 from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.evidence import evidence_chars
 from dspy_rag.pipelines.learned_policy import LearnedPolicy
@@ -30,11 +31,12 @@ def build_program(pipeline: Pipeline, settings: Config, index: Index, web: WebSe
     if pipeline == "plain":
         return PlainRAG(retriever)
     if pipeline == "baseline":
-        return BaselineRAG(retriever, settings.retrieval.top_n, web, load_reranker(settings), settings.guards.injection)
+        return BaselineRAG(retriever, settings.retrieval.top_n, web, load_reranker(settings), settings.guards.injection,
+                           ConflictGuard(settings.tiers, settings.guards.conflicts))
     return DeepResearch(retriever, load_reranker(settings), web, settings.retrieval.top_n, settings.budgets,
                         policy, on_event=on_event, learned=learned,
                         evidence_chars=evidence_chars(settings.lm.context_window), guards=settings.guards,
-                        roles=settings.roles)
+                        roles=settings.roles, tiers=settings.tiers)
 
 
 def program_for(pipeline: str, settings: Config, store: Index, searcher: WebSearch | None, policy: str = "llm",

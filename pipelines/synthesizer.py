@@ -15,6 +15,9 @@ from dspy_rag.citations import (
     with_marker,
     word_overlap,
 )
+from dspy_rag.config import TierConfig
+from dspy_rag.pipelines.conflict_note import ConflictGuard, as_json, with_conflicts
+from dspy_rag.pipelines.corroboration import single_source
 from dspy_rag.pipelines.research_run import ResearchRun
 from dspy_rag.pipelines.short_answer import ShortAnswer, cited_lead
 from dspy_rag.pipelines.step_answer import answer_in
@@ -47,19 +50,27 @@ class Synthesizer(dspy.Module):
     """Answers the question from the evidence. The findings stay out of the short answer's prompt: a small
     model's paraphrase that names the wrong figure outvotes the passages."""
 
-    def __init__(self) -> None:
+    def __init__(self, conflict_guard: ConflictGuard | None = None) -> None:
         super().__init__()
         self.short_answer = ShortAnswer()
+        self.conflict_guard = conflict_guard or ConflictGuard(TierConfig())
 
-    def forward(self, question: str, findings: list[str], evidence: list[Passage], run: ResearchRun
-                ) -> dspy.Prediction:
+    def forward(self, question: str, findings: list[str], evidence: list[Passage], run: ResearchRun,
+                kinds: dict[str, str]) -> dspy.Prediction:
+        """`kinds`: each ingested source's document type, which ranks it for the conflicts guard."""
         record = run.trajectory
         if not evidence:
             return self.stated(NOTHING_FOUND, "", findings, run)
         short, evidence = self.answer_fitting(question, findings, evidence, run)
+        short, found, fired = self.conflict_guard(question, short, evidence, kinds)
+        for each in fired:
+            run.guarded(each)
         draft = cited_lead(short, question, evidence)
         if len(record.steps) > 1:  # one step's finding says what the lead says, in a small model's words
             draft = with_findings(draft, evidence, record)
+        draft = with_conflicts(draft, found, evidence)
+        record.conflicts = [as_json(c, evidence) for c in found]
+        record.single_source = single_source(short, evidence) if record.web != "off" else None
         answer, citations = resolve(draft, evidence)
         checks = check_citations(draft, evidence)
         record.answer, record.short_answer, record.citations = answer, short, [vars(c) for c in citations]
@@ -67,7 +78,8 @@ class Synthesizer(dspy.Module):
         record.citation_validity = citation_validity(checks)
         record.seconds = round(run.calls.elapsed, 3)
         return dspy.Prediction(answer=answer, short_answer=short, draft=draft, citations=citations,
-                               flagged=record.flagged, passages=evidence, findings=findings, trajectory=record)
+                               flagged=record.flagged, passages=evidence, findings=findings, trajectory=record,
+                               conflicts=record.conflicts, single_source=record.single_source)
 
     @staticmethod
     def stated(answer: str, short: str, findings: list[str], run: ResearchRun) -> dspy.Prediction:
@@ -77,7 +89,7 @@ class Synthesizer(dspy.Module):
         record.citation_validity = None
         record.seconds = round(run.calls.elapsed, 3)
         return dspy.Prediction(answer=answer, short_answer=short, draft=answer, citations=[], flagged=[],
-                               passages=[], findings=findings, trajectory=record)
+                               passages=[], findings=findings, trajectory=record, conflicts=[], single_source=None)
 
     def answer_fitting(self, question: str, findings: list[str], evidence: list[Passage], run: ResearchRun
                        ) -> tuple[str, list[Passage]]:

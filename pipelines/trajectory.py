@@ -82,6 +82,8 @@ class Trajectory:
     web_error: str | None = None  # the web search of the question itself failed
     route: str = "research"  # the router's decision (pipelines/router.py); research when it is off
     route_reason: str = ""
+    conflicts: list[dict[str, Any]] = field(default_factory=list)  # values the evidence disagrees on, cited
+    single_source: dict[str, str] | None = None  # web on: the short answer, when one source alone states it
     seconds: float = 0.0
 
     @property

@@ -158,7 +158,8 @@ def test_evidence_that_overflows_the_context_window_is_halved_with_the_questions
     record = Trajectory("q", "llm", "none", "off")
     with dspy.context(lm=DummyLM([])):
         run = ResearchRun(record, LMCalls(BudgetConfig(), record.calls), lambda _kind, _text: None)
-        prediction = synthesizer(question="What was Data Center revenue?", findings=[], evidence=evidence, run=run)
+        prediction = synthesizer(question="What was Data Center revenue?", findings=[], evidence=evidence, run=run,
+                                 kinds={})
     assert synthesizer.short_answer.asked == [8, 4, 2]
     assert [p.id for p in prediction.passages] == [p.id for p in evidence[:2]]
     assert prediction.short_answer == "$15.01 billion" and "first 2 passages" in record.notes[-1]

@@ -137,6 +137,7 @@ def ask(
             "short_answer": result.short_answer, "artifact": program.artifact if pipeline == "deep" else None,
             "citations": [vars(c) for c in result.citations], "flagged": getattr(result, "flagged", []),
             "guards": guards, "route": trajectory["route"] if trajectory is not None else "research",
+            "conflicts": result.conflicts, "single_source": result.single_source,
             "retrieved": [{"id": p.id, "source": p.source, "section": p.section, "score": p.score}
                           for p in result.passages],
             "web": {"provider": searcher.name if searcher else "off", "error": web_error},
@@ -150,6 +151,9 @@ def ask(
     out.print(result.answer)
     for flag in getattr(result, "flagged", []):
         out.print(styled(("unsupported:", "yellow"), f" {flag['sentence']} ({flag['reason']})"))
+    if result.single_source:
+        out.print(styled(("single source:", "yellow"), f" only {source_name(result.single_source['source'])} "
+                         f"states {result.single_source['claim']}"))
     if result.citations:
         out.print(styled("\n", ("Sources", "bold")))
         for citation in result.citations:
