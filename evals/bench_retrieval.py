@@ -184,7 +184,7 @@ def run(questions_path: Path, corpus_path: Path, work_dir: Path, reranker: "Rera
         "questions": len(usable),
         "questions_in_file": len(questions),
         "corpus_passages": len(corpus_ids),
-        "chunks": len(index.catalog["chunks"]),
+        "chunks": index.chunk_count,
         "gold_missing_from_corpus": len({g for q in usable for g in q.gold_passages} - corpus_ids),
         "top_k": top_k,
         "rerank_top_n": RERANK_TOP_N if reranker else None,

@@ -46,7 +46,7 @@ def ingest(
         "index": str(store.root), "added": report.added, "replaced": report.replaced, "unchanged": report.unchanged,
         "skipped": report.skipped, "failed": report.failed, "chunks_written": report.chunks_written,
         "repaired": report.repaired,
-        "chunks_total": len(store.catalog["chunks"]), "seconds": round(report.seconds, 2),
+        "chunks_total": store.chunk_count, "seconds": round(report.seconds, 2),
         "sections": {s: meta["sections"] for s, meta in store.sources.items()
                      if s in report.added + report.replaced},
     }
