@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dspy_rag import postings
 from dspy_rag.chunking import Chunk
 from dspy_rag.errors import UserError
@@ -32,12 +34,13 @@ SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value ANY) STRICT;
 CREATE TABLE sources (source TEXT PRIMARY KEY, sha256 TEXT NOT NULL, kind TEXT NOT NULL, chunks INTEGER NOT NULL,
                       sections TEXT NOT NULL, ingested_at TEXT NOT NULL) STRICT;
-CREATE TABLE chunks (n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, source TEXT NOT NULL, section TEXT NOT NULL,
+CREATE TABLE chunks (n INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, source TEXT NOT NULL, section TEXT NOT NULL,
                      start INTEGER NOT NULL, stop INTEGER NOT NULL, text TEXT NOT NULL, tokens TEXT NOT NULL) STRICT;
 CREATE INDEX chunks_by_source ON chunks (source);
 CREATE INDEX chunks_by_section ON chunks (section);
 """ + postings.SCHEMA
 CHUNK = "id, source, section, start, stop, text"
+# Chunk numbers are never reused (AUTOINCREMENT): the keyword index lists removed ones as dead.
 BATCH = 10_000  # bound values per statement, below SQLite's limit
 
 
@@ -124,6 +127,7 @@ class Catalog:
         """A writer's catalog held in memory (a new index, a migrated one) becomes the database file, whole."""
         if self.path.exists():
             return
+        self.root.mkdir(parents=True, exist_ok=True)
         staging = self.path.with_name(f".{DATABASE}.staging")
         staging.unlink(missing_ok=True)
         with closing(sqlite3.connect(staging)) as target:
@@ -197,7 +201,10 @@ class Catalog:
                        ) -> list[tuple[Chunk, float]]:
         """The k best BM25 matches, best first (dspy_rag.postings)."""
         with self._reading() as db:
-            ranked = postings.search(db, tokens, k, sections)
+            allowed = np.fromiter((n for (n,) in db.execute(
+                f"SELECT n FROM chunks WHERE section IN ({marks(len(sections))})", list(sections))), np.int64
+            ) if sections else None
+            ranked = postings.search(db, tokens, k, allowed)
             rows = {row[0]: row[1:] for row in db.execute(
                 f"SELECT n, {CHUNK} FROM chunks WHERE n IN ({marks(len(ranked))})", [n for n, _ in ranked])}
         return [(_chunk(rows[n]), score) for n, score in ranked]

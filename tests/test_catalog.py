@@ -104,4 +104,5 @@ def test_a_commit_writes_what_changed_not_the_corpus(tmp_path: Path) -> None:
     grown(catalog, 30)
     assert catalog.count() == 4020
     large, pages = frames_written(catalog, "late")  # at four times the corpus
-    assert large <= 1.25 * small + 4 and large < pages / 10, (small, large, pages)
+    # The JSON catalog rewrote all of itself; postings merged logarithmically grow a commit by log n at most.
+    assert large < 2 * small and large < pages / 10, (small, large, pages)

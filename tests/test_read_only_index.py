@@ -101,7 +101,8 @@ def test_a_store_left_mid_commit_is_read_as_last_committed_and_left_to_the_write
     reopened()
     index = Index(scratch_config(tmp_path)).require()
     stored = index.collection.get(include=["documents"])
-    assert stored["documents"] == [index.chunk(i).text for i in stored["ids"]]  # the changes rolled back
+    committed = index.catalog.chunks(stored["ids"])
+    assert stored["documents"] == [committed[i].text for i in stored["ids"]]  # the changes rolled back
     assert Retriever(index).search("Data Center revenue", "vector")
     assert tree(tmp_path / "index") == files
     with sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True) as reader, pytest.raises(sqlite3.Error):

@@ -111,7 +111,7 @@ def ask(
     program = program_for(pipeline, settings, store, searcher, policy, say, artifact)
     also = f" and web search ({searcher.name})" if searcher else ""
     reranker = reranker_label(program.reranker)
-    say(f"{pipeline} research over {len(store.catalog['chunks'])} chunks{also}, reranked by {reranker}")
+    say(f"{pipeline} research over {store.chunk_count} chunks{also}, reranked by {reranker}")
     history_start = len(lm.history)
     with lm_failures(settings):
         result = program(question=text)
