@@ -40,12 +40,19 @@ CREATE INDEX chunks_by_source ON chunks (source);
 CREATE INDEX chunks_by_section ON chunks (section);
 """ + postings.SCHEMA
 CHUNK = "id, source, section, start, stop, text"
+SOURCE = "source, sha256, kind, chunks, sections, ingested_at"
 # Chunk numbers are never reused (AUTOINCREMENT): the keyword index lists removed ones as dead.
 BATCH = 10_000  # bound values per statement, below SQLite's limit
 
 
 def _chunk(row: Sequence[Any]) -> Chunk:
     return Chunk(*row)
+
+
+def _source(row: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    source, sha256, kind, chunks, sections, ingested_at = row
+    return source, {"sha256": sha256, "kind": kind, "chunks": chunks, "sections": json.loads(sections),
+                    "ingested_at": ingested_at}
 
 
 def _fresh(db: sqlite3.Connection, meta: dict[str, Any]) -> sqlite3.Connection:
@@ -66,12 +73,18 @@ class Catalog:
             if self.path.exists():
                 self._db = self._connect()
                 self._check(embedding_model)
+                if writer:
+                    legacy.unlink(missing_ok=True)  # migrated already, by a writer stopped before it removed it
                 return
         except sqlite3.DatabaseError as exc:
             raise UserError(f"index catalog {self.path} is unreadable ({exc}); re-ingest into a new --index") from exc
         self._db = self._memory()
         if legacy.exists():
-            self._fill(read_legacy(legacy))
+            catalog = read_legacy(legacy)
+            try:
+                self._fill(catalog)
+            except sqlite3.Error as exc:  # a field of a type the tables refuse
+                raise UserError(f"index catalog {legacy} is damaged ({exc}); re-ingest into a new --index") from exc
             self._check(embedding_model)
             if writer:
                 self.persist()
@@ -129,7 +142,8 @@ class Catalog:
             return
         self.root.mkdir(parents=True, exist_ok=True)
         staging = self.path.with_name(f".{DATABASE}.staging")
-        staging.unlink(missing_ok=True)
+        for leftover in (staging, staging.with_name(staging.name + "-journal")):  # of a writer stopped here
+            leftover.unlink(missing_ok=True)
         with closing(sqlite3.connect(staging)) as target:
             self._db.backup(target)
             target.execute("PRAGMA journal_mode = WAL")  # recorded in the file: every connection uses it
@@ -192,10 +206,12 @@ class Catalog:
 
     def sources(self) -> dict[str, dict[str, Any]]:
         """Each source's sha256, kind, chunk count, section titles and time of ingest."""
-        rows = self._db.execute("SELECT source, sha256, kind, chunks, sections, ingested_at FROM sources ORDER BY rowid")
-        return {source: {"sha256": sha256, "kind": kind, "chunks": chunks, "sections": json.loads(sections),
-                         "ingested_at": ingested_at}
-                for source, sha256, kind, chunks, sections, ingested_at in rows}
+        return dict(map(_source, self._db.execute(f"SELECT {SOURCE} FROM sources ORDER BY rowid")))
+
+    def source(self, name: str) -> dict[str, Any] | None:
+        """One source's entry of `sources`, or None."""
+        row = self._db.execute(f"SELECT {SOURCE} FROM sources WHERE source = ?", (name,)).fetchone()
+        return _source(row)[1] if row else None
 
     def keyword_search(self, tokens: Sequence[str], k: int, sections: Sequence[str] = ()
                        ) -> list[tuple[Chunk, float]]:

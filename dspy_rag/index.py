@@ -362,14 +362,14 @@ class Index:
 
     def _unchanged(self, source: str, sha256: str, report: IngestReport) -> bool:
         """True (and reported) when the index already holds this exact content for `source`."""
-        if self.sources.get(source, {}).get("sha256") != sha256:
+        if (self.catalog.source(source) or {}).get("sha256") != sha256:
             return False
         report.unchanged.append(source)
         return True
 
     def _chunks(self, document: Document, report: IngestReport) -> list[Chunk]:
         chunks = chunk_document(document, self.config.ingest.chunk_chars, self.config.ingest.chunk_overlap)
-        (report.replaced if document.source in self.sources else report.added).append(document.source)
+        (report.replaced if self.catalog.source(document.source) else report.added).append(document.source)
         report.chunks_written += len(chunks)
         return chunks
 

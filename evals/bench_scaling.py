@@ -42,16 +42,19 @@ SCALING_TOP_K = 20
 FILE_CHUNKS = 1000
 PAGE = 4096  # SQLite's page size, the unit a commit writes
 
-# A reader process: open the index as `ask` does, then one keyword and one vector retrieval.
+# A reader process: open the index as `ask` does, then one keyword and one vector retrieval. Its peak memory is
+# read from /proc (VmHWM): a child's getrusage maximum starts from its parent's on Linux.
 READER = """
-import json, resource, sys, time
+import json, re, sys, time
+from pathlib import Path
 import numpy as np
 from dspy_rag.config import load_config
 from dspy_rag.index import Index
 index = Index(load_config(overrides={"index.path": sys.argv[1]}, environ={})).require()
 index.keyword_search(sys.argv[2], 20)
 index.vector_search_by(np.frombuffer(bytes.fromhex(sys.argv[3]), np.float32), 20)
-print(json.dumps({"done": time.time(), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+peak_kb = int(re.search(r"VmHWM:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1))
+print(json.dumps({"done": time.time(), "peak_rss_mb": peak_kb / 1024}))
 """
 
 

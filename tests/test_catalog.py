@@ -1,6 +1,7 @@
 """The SQLite catalog: the JSON catalog before it migrates, readers see the last commit and write nothing, a commit
 writes what changed and no more."""
 
+import json
 import shutil
 import sqlite3
 from contextlib import closing
@@ -106,3 +107,15 @@ def test_a_commit_writes_what_changed_not_the_corpus(tmp_path: Path) -> None:
     large, pages = frames_written(catalog, "late")  # at four times the corpus
     # The JSON catalog rewrote all of itself; postings merged logarithmically grow a commit by log n at most.
     assert large < 2 * small and large < pages / 10, (small, large, pages)
+
+
+def test_a_json_catalog_with_a_field_the_tables_refuse_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    folder = legacy_index(tmp_path)
+    catalog = json.loads((folder / LEGACY).read_text())
+    catalog["sources"]["widgets"]["chunks"] = "one"
+    (folder / LEGACY).write_text(json.dumps(catalog))
+    before = tree(folder)
+    for writer in (False, True):
+        with pytest.raises(UserError, match="damaged"):
+            Catalog(folder, MODEL, writer=writer)
+    assert tree(folder) == before
