@@ -1,40 +1,35 @@
-"""The document index: chunks in Chroma (vectors) and a catalog file (BM25 tokens, sources, chunk text).
+"""The document index: chunks in Chroma (vectors) and a catalog database (sources, chunk text, keyword postings).
 
-The catalog is the commit point. Ingest writes new chunks to Chroma first, then replaces the catalog
-atomically, then deletes the chunks it superseded. Readers only trust chunk ids the catalog lists, so an
-interrupted ingest leaves the previous index fully usable, and the next ingest sweeps its leftovers. A reader
-never writes to the index folder: an embedded store is read from a private copy (dspy_rag.store_snapshot).
+The catalog is the commit point (dspy_rag.catalog). Ingest writes a file's chunks to Chroma first, then commits
+them to the catalog in one transaction, then deletes the chunks it superseded. Readers only trust chunk ids the
+catalog lists, so an interrupted ingest leaves the previous index fully usable, and the next ingest sweeps its
+leftovers. A reader never writes to the index folder: an embedded store is read from a private copy
+(dspy_rag.store_snapshot).
 """
 
 import hashlib
-import json
 import os
 import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import numpy as np
 from filelock import FileLock, Timeout
 
 from dspy_rag import paths
-from dspy_rag.bm25 import LuceneBM25
+from dspy_rag.catalog import Catalog
 from dspy_rag.chunking import Chunk, chunk_document
 from dspy_rag.config import Config, url_problem
 from dspy_rag.documents import SUPPORTED_SUFFIXES, Document, download, kind_of, parse, read_bytes
 from dspy_rag.errors import UserError
-from dspy_rag.files import write_json_atomic
 from dspy_rag.store_snapshot import StoreSnapshot
 from dspy_rag.tokenizer import tokenize
 
-CATALOG_FORMAT = 1
-CHUNK_FIELDS = {"source": str, "section": str, "start": int, "end": int, "text": str, "tokens": str}
 ProgressFn = Callable[[str, int, int], None]
 
 
@@ -63,17 +58,6 @@ def _is_url(value: str) -> bool:
     """An http(s) address, told by its scheme alone: a malformed one is still an address, refused as one."""
     scheme, colon, _ = value.partition(":")
     return bool(colon) and scheme.lower() in ("http", "https")
-
-
-def well_formed(catalog: dict[str, Any]) -> bool:
-    """Every field a reader relies on is there, with its type: a damaged catalog is refused, never half-used."""
-    if not (isinstance(catalog.get("embedding_model"), str) and isinstance(catalog.get("collection"), str | None)
-            and isinstance(catalog.get("sources"), dict) and isinstance(catalog.get("chunks"), dict)):
-        return False
-    sources_ok = all(isinstance(meta, dict) and isinstance(meta.get("sha256"), str)
-                     and isinstance(meta.get("sections"), list) for meta in catalog["sources"].values())
-    return sources_ok and all(isinstance(row, dict) and all(isinstance(row.get(k), t) for k, t in CHUNK_FIELDS.items())
-                              for row in catalog["chunks"].values())
 
 
 def indexed_source(item: str) -> str:
@@ -148,44 +132,30 @@ class Index:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.root = config.index.path
-        self.catalog_path = self.root / "catalog.json"
-        self.catalog = self._read_catalog()
+        self.catalog = Catalog(self.root, config.embedding.model)
         self._collection: Any = None
-        self._bm25: Any = None
         self._embedder: Any = None
         self._reading = False  # set by `require`: Chroma then opens a copy of an embedded store
         self._snapshot: StoreSnapshot | None = None
 
     # --- catalog ------------------------------------------------------------------------------------
 
-    def _read_catalog(self) -> dict[str, Any]:
-        if not self.catalog_path.exists():
-            return {"format": CATALOG_FORMAT, "embedding_model": self.config.embedding.model,
-                    "collection": None, "sources": {}, "chunks": {}}
-        try:
-            catalog = json.loads(self.catalog_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise UserError(f"index catalog {self.catalog_path} is unreadable ({exc}); re-ingest into a new --index") from exc
-        if not isinstance(catalog, dict) or catalog.get("format") != CATALOG_FORMAT:
-            raise UserError(f"{self.catalog_path} is not a dspy-rag index of format {CATALOG_FORMAT}; use another --index")
-        if not well_formed(catalog):
-            raise UserError(f"index catalog {self.catalog_path} is damaged (fields missing or of the wrong type); "
-                            "re-ingest into a new --index")
-        if catalog["embedding_model"] != self.config.embedding.model:
-            raise UserError(
-                f"index {self.root} was built with embedding model '{catalog['embedding_model']}', "
-                f"not '{self.config.embedding.model}'; use that model or a new --index"
-            )
-        return catalog
+    @property
+    def catalog_path(self) -> Path:
+        return self.catalog.path
 
     @property
     def exists(self) -> bool:
-        return self.catalog_path.exists()
+        return self.catalog.exists
+
+    @property
+    def chunk_count(self) -> int:
+        return self.catalog.count()
 
     def require(self) -> "Index":
         """The index, for reading: it holds documents, and a vector for each chunk its catalog lists. Nothing in
         its folder is written from then on, not even by Chroma."""
-        if not self.exists or not self.catalog["chunks"]:
+        if not self.exists or not self.chunk_count:
             raise UserError(f"no documents indexed in {self.root}; run `dspy-rag ingest FILE` first (or pass --index)")
         if not self._reading:
             self._reading, self._collection = True, None
@@ -195,7 +165,7 @@ class Index:
     def _holds(self, contents: dict[str, str]) -> bool:
         """True when the committed catalog holds exactly these sources (name: sha256) and their vectors: then the
         index is opened for reading only, with nothing to write. Lost vectors are left to the writer to mend."""
-        if not self.catalog["chunks"] or contents != {s: meta["sha256"] for s, meta in self.sources.items()}:
+        if not self.chunk_count or contents != {s: meta["sha256"] for s, meta in self.sources.items()}:
             return False
         try:
             self.require()
@@ -204,28 +174,27 @@ class Index:
         return True
 
     def _lost_vectors(self, held: int) -> UserError:
-        return UserError(f"the vector store of {self.root} holds {held} vectors for the {len(self.catalog['chunks'])} "
+        return UserError(f"the vector store of {self.root} holds {held} vectors for the {self.chunk_count} "
                          f"chunks its catalog lists (lost or damaged); run `dspy-rag ingest --repair --index "
                          f"{self.root}` to embed the missing ones again")
 
     def check_vectors(self) -> None:
         """The vector store's count covers the catalog and a sample of its chunk ids is there: a lost store is an
         error that names the repair, never a silent fall back to keyword search alone."""
-        known = list(self.catalog["chunks"])
-        sample = known[:: max(1, len(known) // VECTOR_SAMPLE)][:VECTOR_SAMPLE]
+        known, sample = self.chunk_count, self.catalog.sample(VECTOR_SAMPLE)
         with self._chroma_failures():
             count = self.collection.count()
             found = len(self.collection.get(ids=sample, include=[])["ids"]) if sample else 0
-        if count < len(known) or found < len(sample):
-            raise self._lost_vectors(min(count, len(known)))
+        if count < known or found < len(sample):
+            raise self._lost_vectors(min(count, known))
 
-    def chunk(self, chunk_id: str) -> Chunk:
-        row = self.catalog["chunks"][chunk_id]
-        return Chunk(chunk_id, row["source"], row["section"], row["start"], row["end"], row["text"])
+    def chunks(self) -> Iterator[Chunk]:
+        """Every committed chunk, in the order ingested."""
+        return self.catalog.every_chunk()
 
     @property
     def sources(self) -> dict[str, dict[str, Any]]:
-        return self.catalog["sources"]
+        return self.catalog.sources()
 
     # --- backends -----------------------------------------------------------------------------------
 
@@ -258,11 +227,11 @@ class Index:
             raise UserError(f"cannot reach the Chroma server at {url} ({exc}); start it or unset index.chroma_url") from exc
 
     def _collection_name(self) -> str:
-        if self.catalog["collection"] is None:
+        if self.catalog.collection is None:
             # On a shared server each index folder gets its own collection.
             suffix = f"-{secrets.token_hex(4)}" if self.config.index.chroma_url else ""
-            self.catalog["collection"] = self.config.index.collection + suffix
-        return self.catalog["collection"]
+            self.catalog.set_collection(self.config.index.collection + suffix)
+        return self.catalog.collection
 
     @contextmanager
     def _chroma_failures(self) -> Iterator[None]:
@@ -295,41 +264,28 @@ class Index:
 
     def vector_search(self, query: str, k: int, sections: list[str] | None = None) -> list[Hit]:
         """Nearest chunks by cosine similarity, optionally only within the named sections."""
-        known = self.catalog["chunks"]
-        vector = self.embedder.embed_query([query])[0]
+        return self.vector_search_by(self.embedder.embed_query([query])[0], k, sections)
+
+    def vector_search_by(self, vector: Any, k: int, sections: list[str] | None = None) -> list[Hit]:
+        """Nearest chunks to a query vector already embedded."""
         # Over-fetch: chunks of an ingest still running (or killed) sit in Chroma without being committed; when
         # they crowd the committed ones out, fetch wider until k committed ones come back or nothing more does.
-        wanted = min(2 * k, max(len(known), 1)) + 8
+        wanted = min(2 * k, max(self.chunk_count, 1)) + 8
         while True:
             with self._chroma_failures():
                 result = self.collection.query(query_embeddings=[vector], n_results=wanted,
                                                where={"section": {"$in": sections}} if sections else None,
                                                include=["distances"])
             ids, distances = result["ids"][0], result["distances"][0]
-            hits = [Hit(self.chunk(i), 1.0 - d) for i, d in zip(ids, distances, strict=True) if i in known]
+            committed = self.catalog.chunks(ids)
+            hits = [Hit(committed[i], 1.0 - d) for i, d in zip(ids, distances, strict=True) if i in committed]
             if len(hits) >= k or len(ids) < wanted:
                 return hits[:k]
             wanted *= 4
 
-    def _keyword_index(self) -> tuple[Any, list[str]]:
-        if self._bm25 is None:
-            ids = list(self.catalog["chunks"])
-            corpus = [self.catalog["chunks"][i]["tokens"].split() for i in ids]
-            self._bm25 = (LuceneBM25(corpus) if ids else None, ids)
-        return self._bm25
-
     def keyword_search(self, query: str, k: int, sections: list[str] | None = None) -> list[Hit]:
         """Best BM25 matches, optionally only within the named sections."""
-        bm25, ids = self._keyword_index()
-        tokens = tokenize(query)
-        if bm25 is None or not tokens:
-            return []
-        scores = bm25.get_scores(tokens)
-        if sections:
-            allowed = set(sections)
-            scores = np.where([self.catalog["chunks"][i]["section"] in allowed for i in ids], scores, 0.0)
-        top = np.argsort(-scores)[:k]
-        return [Hit(self.chunk(ids[i]), float(scores[i])) for i in top if scores[i] > 0]
+        return [Hit(chunk, score) for chunk, score in self.catalog.keyword_search(tokenize(query), k, sections or ())]
 
     # --- ingest -------------------------------------------------------------------------------------
 
@@ -346,14 +302,14 @@ class Index:
     def _sweep_uncommitted(self, repair: bool, progress: ProgressFn) -> int:
         """Delete the vectors of chunks no commit made (an interrupted ingest's), and find the catalog's chunks that
         have none: embedded again with `repair` (the count is returned), else an error naming the repair."""
-        stored = set(self.collection.get(include=[])["ids"])
-        stray = [i for i in stored if i not in self.catalog["chunks"]]
+        stored, known = set(self.collection.get(include=[])["ids"]), self.catalog.ids()
+        stray = list(stored - known)
         for start in range(0, len(stray), 5000):
             self.collection.delete(ids=stray[start : start + 5000])
-        missing = [i for i in self.catalog["chunks"] if i not in stored]
+        missing = [i for i in known if i not in stored]
         if missing and not repair:
-            raise self._lost_vectors(len(self.catalog["chunks"]) - len(missing))
-        self._write_chunks([self.chunk(i) for i in missing], progress)
+            raise self._lost_vectors(len(known) - len(missing))
+        self._write_chunks(list(self.catalog.chunks(missing).values()), progress)
         return len(missing)
 
     def _load(self, item: str, progress: ProgressFn) -> tuple[bytes, str]:
@@ -373,33 +329,13 @@ class Index:
                                    documents=[c.text for c in part], metadatas=[c.metadata for c in part])
             progress("embedding", start + len(part), len(chunks))
 
-    def _forget(self, source: str, keep: frozenset[str] = frozenset()) -> list[str]:
-        """Drop `source`'s chunks from the in-memory catalog, except the ids in `keep`; returns the dropped ids."""
-        dropped = [i for i, row in self.catalog["chunks"].items() if row["source"] == source and i not in keep]
-        for chunk_id in dropped:
-            del self.catalog["chunks"][chunk_id]
-        self.catalog["sources"].pop(source, None)
-        self._bm25 = None
-        return dropped
-
-    def _replace(self, source: str, sha256: str, kind: str, chunks: list[Chunk]) -> list[str]:
-        """Replace `source` in the in-memory catalog; returns the chunk ids it superseded."""
-        superseded = self._forget(source, keep=frozenset(c.id for c in chunks))
-        for c in chunks:
-            row = asdict(c)
-            del row["id"]
-            row["tokens"] = " ".join(tokenize(c.indexed_text))
-            self.catalog["chunks"][c.id] = row
-        self.catalog["sources"][source] = {
-            "sha256": sha256, "kind": kind, "chunks": len(chunks),
-            "sections": list(dict.fromkeys(c.section for c in chunks)),
-            "ingested_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        }
-        return superseded
-
-    def _commit(self, superseded: list[str]) -> None:
-        """The commit point: the catalog is replaced atomically, then superseded vectors are deleted."""
-        write_json_atomic(self.catalog_path, self.catalog)
+    @contextmanager
+    def _commit(self) -> Iterator[list[str]]:
+        """The commit point: what the block changes in the catalog is one transaction; the chunk ids it adds to the
+        list it is given (the ones it superseded) lose their vectors once that committed."""
+        superseded: list[str] = []
+        with self.catalog.transaction():
+            yield superseded
         if superseded:
             self.collection.delete(ids=superseded)
 
@@ -413,23 +349,27 @@ class Index:
         report = IngestReport()
         self._reading, self._collection, self._snapshot = False, None, None  # a writer opens the store itself
         with self._writer_lock(wait), self._chroma_failures():
-            self.catalog, self._bm25 = self._read_catalog(), None  # a writer before us may have committed since
-            report.repaired = self._sweep_uncommitted(repair, progress)
-            yield report
-            if not self.catalog_path.exists():
-                write_json_atomic(self.catalog_path, self.catalog)
+            # As committed now (a writer before us may have committed since); a JSON catalog is migrated here.
+            self.catalog = Catalog(self.root, self.config.embedding.model, writer=True)
+            try:
+                report.repaired = self._sweep_uncommitted(repair, progress)
+                yield report
+                self.catalog.persist()
+            finally:
+                self.catalog.close()
+                self.catalog = Catalog(self.root, self.config.embedding.model)
         report.seconds = time.perf_counter() - started
 
     def _unchanged(self, source: str, sha256: str, report: IngestReport) -> bool:
         """True (and reported) when the index already holds this exact content for `source`."""
-        if self.sources.get(source, {}).get("sha256") != sha256:
+        if (self.catalog.source(source) or {}).get("sha256") != sha256:
             return False
         report.unchanged.append(source)
         return True
 
     def _chunks(self, document: Document, report: IngestReport) -> list[Chunk]:
         chunks = chunk_document(document, self.config.ingest.chunk_chars, self.config.ingest.chunk_overlap)
-        (report.replaced if document.source in self.sources else report.added).append(document.source)
+        (report.replaced if self.catalog.source(document.source) else report.added).append(document.source)
         report.chunks_written += len(chunks)
         return chunks
 
@@ -451,8 +391,9 @@ class Index:
             return IngestReport(unchanged=list(self.sources))
         with self._writing(wait=True, repair=True) as report:  # an index the tool keeps for itself mends itself
             wanted = {indexed_source(file) for file in files}
-            if dropped := [s for s in self.catalog["sources"] if s not in wanted]:
-                self._commit([i for source in dropped for i in self._forget(source)])
+            if dropped := [s for s in self.sources if s not in wanted]:
+                with self._commit() as superseded:
+                    superseded += [i for source in dropped for i in self.catalog.forget(source)]
             self._ingest_files(files, report, lambda *_: None)
         return report
 
@@ -473,7 +414,8 @@ class Index:
                 continue
             chunks = self._chunks(document, report)
             self._write_chunks(chunks, progress)
-            self._commit(self._replace(source, sha256, kind, chunks))  # one commit a file
+            with self._commit() as superseded:  # one commit a file
+                superseded += self.catalog.replace(source, sha256, kind, chunks)
 
     def ingest_documents(self, documents: list[Document], progress: ProgressFn = lambda *_: None) -> IngestReport:
         """Ingest documents already in memory (web snapshots, corpora) into an index this tool caches for itself,
@@ -489,8 +431,9 @@ class Index:
                     staged.append((document, sha256, self._chunks(document, report)))
             # Small documents: embed them in shared batches and commit once for the lot.
             self._write_chunks([c for *_, chunks in staged for c in chunks], progress)
-            superseded = [i for d, sha256, chunks in staged for i in self._replace(d.source, sha256, d.kind, chunks)]
-            self._commit(superseded)
+            with self._commit() as superseded:
+                for document, sha256, chunks in staged:
+                    superseded += self.catalog.replace(document.source, sha256, document.kind, chunks)
         return report
 
     def disk_bytes(self) -> int:

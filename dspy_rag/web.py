@@ -188,7 +188,7 @@ class SnapshotSearch:
         folder = cache_root() / "web-snapshots" / digest.hexdigest()[:16]
         index_config = config.model_copy(update={"index": IndexConfig(path=folder)})
         self.index = Index(index_config)
-        if self.index.exists and self.index.catalog["chunks"]:
+        if self.index.exists and self.index.chunk_count:
             self.index.require()  # built before: only read from now on
         else:
             self.index.ingest_documents(snapshot_documents(files))

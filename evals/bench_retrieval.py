@@ -5,14 +5,13 @@
     dspy-rag bench retrieval --scaling 10000,100000
 
 Each corpus passage becomes one document whose source is the passage id, so a retrieved chunk names the
-passage it came from and recall is counted against the dataset's gold ids. `--scaling` times the raw
-backends (Chroma, BM25, RRF) on synthetic corpora far larger than the datasets, to see where latency goes.
+passage it came from and recall is counted against the dataset's gold ids. `--scaling` times the
+real index on synthetic corpora far larger than the datasets (dspy_rag.evals.bench_scaling).
 """
 
 import statistics
-import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,12 +19,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dspy_rag import paths
-from dspy_rag.bm25 import LuceneBM25
 from dspy_rag.config import Config, load_config
 from dspy_rag.errors import UserError
 from dspy_rag.index import ProgressFn
-from dspy_rag.retrieval import Passage, Retriever, Strategy, reciprocal_rank_fusion
-from dspy_rag.tokenizer import tokenize
+from dspy_rag.retrieval import Passage, Retriever, Strategy
 from dspy_rag.trainsets.corpus_index import build_index
 from dspy_rag.trainsets.formats import Question, load_corpus, load_questions
 
@@ -184,7 +181,7 @@ def run(questions_path: Path, corpus_path: Path, work_dir: Path, reranker: "Rera
         "questions": len(usable),
         "questions_in_file": len(questions),
         "corpus_passages": len(corpus_ids),
-        "chunks": len(index.catalog["chunks"]),
+        "chunks": index.chunk_count,
         "gold_missing_from_corpus": len({g for q in usable for g in q.gold_passages} - corpus_ids),
         "top_k": top_k,
         "rerank_top_n": RERANK_TOP_N if reranker else None,
@@ -199,133 +196,7 @@ def run(questions_path: Path, corpus_path: Path, work_dir: Path, reranker: "Rera
     }
 
 
-# --- scaling -----------------------------------------------------------------------------------------
-
-VOCABULARY_SIZE = 5000
-DIMENSIONS = 384
-WORDS_PER_CHUNK = 120
-QUERY_WORDS = 8
-CHROMA_BATCH = 5000
-SCALING_TOP_K = 20
-
-
-def vocabulary(rng: np.random.Generator) -> np.ndarray:
-    """5,000 distinct pseudo-words of 4-9 letters: no stopwords, so every word survives the tokenizer."""
-    words: set[str] = set()
-    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-    while len(words) < VOCABULARY_SIZE:
-        words.add("".join(rng.choice(letters, size=int(rng.integers(4, 10)))))
-    return np.array(sorted(words))
-
-
-def zipf_weights(size: int) -> np.ndarray:
-    """Word frequencies of natural text fall off as 1/rank, giving BM25 a real corpus's mix of common and rare terms."""
-    weights = 1.0 / np.arange(1, size + 1)
-    return weights / weights.sum()
-
-
-def random_texts(rng: np.random.Generator, words: np.ndarray, count: int, length: int) -> list[str]:
-    """`count` texts of length ± 20 % words, drawn in one go (a draw per text is slow at 100,000 texts)."""
-    lengths = rng.integers(int(length * 0.8), int(length * 1.2) + 1, size=count)
-    drawn = rng.choice(words, size=int(lengths.sum()), p=zipf_weights(len(words)))
-    return [" ".join(part) for part in np.split(drawn, np.cumsum(lengths)[:-1])]
-
-
-def unit_vectors(rng: np.random.Generator, count: int) -> np.ndarray:
-    vectors = rng.standard_normal((count, DIMENSIONS)).astype(np.float32)
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-
-
-def chroma_collection(folder: Path, vectors: np.ndarray) -> Any:
-    """An embedded, persistent cosine collection like the real index's, filled in Chroma-sized batches."""
-    import chromadb
-    from chromadb.config import Settings
-
-    client = chromadb.PersistentClient(path=str(folder), settings=Settings(anonymized_telemetry=False))
-    collection = client.create_collection("scaling", embedding_function=None,
-                                          configuration={"hnsw": {"space": "cosine"}})
-    for start in range(0, len(vectors), CHROMA_BATCH):
-        part = vectors[start : start + CHROMA_BATCH]
-        collection.add(ids=[str(i) for i in range(start, start + len(part))], embeddings=part)
-    return collection
-
-
-def keyword_index(texts: list[str]) -> Any:
-    """BM25 over the same tokens the real index stores (tokenizer included in the build time)."""
-    return LuceneBM25([tokenize(text) for text in texts])
-
-
-def timed_build(build: Callable[[], Any]) -> tuple[Any, float]:
-    started = time.perf_counter()
-    built = build()
-    return built, time.perf_counter() - started
-
-
-def vector_ids(collection: Any, vector: np.ndarray) -> list[str]:
-    result = collection.query(query_embeddings=[vector], n_results=SCALING_TOP_K, include=["distances"])
-    return result["ids"][0]
-
-
-def keyword_ids(bm25: Any, query: str) -> list[str]:
-    """Top ids the way Index.keyword_search finds them: full scores, then a sort."""
-    scores = bm25.get_scores(tokenize(query))
-    return [str(i) for i in np.argsort(-scores)[:SCALING_TOP_K] if scores[i] > 0]
-
-
-def hybrid_ids(collection: Any, bm25: Any, vector: np.ndarray, query: str) -> list[str]:
-    fused = reciprocal_rank_fusion([vector_ids(collection, vector), keyword_ids(bm25, query)])
-    return [item for item, _ in fused[:SCALING_TOP_K]]
-
-
-def time_queries(search: Callable[[int], Any], queries: int) -> dict[str, float]:
-    """Latency of `queries` searches after one untimed warm-up search."""
-    search(0)
-    seconds = []
-    for n in range(queries):
-        started = time.perf_counter()
-        search(n)
-        seconds.append(time.perf_counter() - started)
-    return latency_ms(seconds)
-
-
-def scale_once(rng: np.random.Generator, words: np.ndarray, size: int, queries: int) -> dict[str, Any]:
-    vectors = unit_vectors(rng, size)
-    texts = random_texts(rng, words, size, WORDS_PER_CHUNK)
-    query_vectors = unit_vectors(rng, queries)
-    query_texts = random_texts(rng, words, queries, QUERY_WORDS)
-    with tempfile.TemporaryDirectory(prefix="dspy-rag-scaling-") as folder:
-        collection, vector_build = timed_build(lambda: chroma_collection(Path(folder), vectors))
-        bm25, keyword_build = timed_build(lambda: keyword_index(texts))
-        latencies = {
-            "vector_ms": time_queries(lambda n: vector_ids(collection, query_vectors[n]), queries),
-            "keyword_ms": time_queries(lambda n: keyword_ids(bm25, query_texts[n]), queries),
-            "hybrid_ms": time_queries(lambda n: hybrid_ids(collection, bm25, query_vectors[n], query_texts[n]),
-                                      queries),
-        }
-    return {"chunks": size, "queries": queries, "top_k": SCALING_TOP_K,
-            "build_seconds": {"vector": round(vector_build, 2), "keyword": round(keyword_build, 2)}, **latencies}
-
-
-def scaling(sizes: list[int], queries: int = 50) -> list[dict[str, Any]]:
-    """Query latency of the raw backends on synthetic corpora of each size (random vectors, Zipf texts)."""
-    if queries < 1 or any(size < SCALING_TOP_K for size in sizes):
-        raise UserError(f"scaling needs at least one query and at least {SCALING_TOP_K} chunks per corpus")
-    rng = np.random.default_rng(0)
-    words = vocabulary(rng)
-    return [scale_once(rng, words, size, queries) for size in sizes]
-
-
 # --- command line ------------------------------------------------------------------------------------
-
-def parse_sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
-    except ValueError as exc:
-        raise UserError(f"--scaling takes chunk counts separated by commas, e.g. 10000,100000, not '{text}'") from exc
-    if not sizes or min(sizes) < SCALING_TOP_K:
-        raise UserError(f"--scaling sizes must be at least {SCALING_TOP_K} chunks, e.g. 10000,100000")
-    return sizes
-
 
 def require_file(path: Path | None, option: str) -> Path:
     if path is None:

@@ -16,8 +16,8 @@ from dspy_rag.evals.bench_retrieval import (
     all_gold_at,
     recall_at,
     run,
-    scaling,
 )
+from dspy_rag.evals.bench_scaling import scaling
 from dspy_rag.retrieval import Passage
 from dspy_rag.trainsets.corpus_index import corpus_documents
 from dspy_rag.trainsets.formats import CorpusPassage, load_questions, passage_id
@@ -177,12 +177,14 @@ def test_cli_refuses_a_missing_file(tmp_path):
 # --- scaling -----------------------------------------------------------------------------------------
 
 
-def test_scaling_reports_positive_latencies():
-    [row] = scaling([2000], queries=5)
-    assert row["chunks"] == 2000 and row["queries"] == 5
+def test_scaling_reports_its_figures():
+    [row] = scaling([3000], queries=5)
+    assert row["chunks"] == 3000 and row["queries"] == 5
     assert row["build_seconds"]["vector"] > 0 and row["build_seconds"]["keyword"] > 0
     for name in ("vector_ms", "keyword_ms", "hybrid_ms"):
         assert 0 < row[name]["median"] <= row[name]["p90"] < 5000
+    assert 0 < row["start"]["seconds"] < 60 and row["disk_mb"]["catalog"] > 0 and row["disk_mb"]["chroma"] > 0
+    assert 0 < row["commit_kb"]["first_file"] <= row["commit_kb"]["max"]
 
 
 def test_only_named_questions_are_scored() -> None:

@@ -36,7 +36,7 @@ def test_ingest_and_search_through_the_server(chroma_url: str, tmp_path: Path) -
     Index(config).ingest([str(notes(tmp_path / "docs", "Widgets are sold in Norway."))])
     index = Index(config)
     assert not (tmp_path / "index" / "chroma").exists()  # vectors live on the server, not in the folder
-    assert index.catalog["collection"].startswith("documents-")
+    assert index.catalog.collection.startswith("documents-")
     top = Retriever(index).search("where are widgets sold", "vector")
     assert top[0].text.startswith("# Sales") and "Norway" in top[0].text
 
@@ -48,7 +48,7 @@ def test_two_index_folders_share_a_server_without_mixing(chroma_url: str, tmp_pa
     Index(first).ingest([str(notes(tmp_path / "a", "Widgets are sold in Norway."))])
     Index(second).ingest([str(notes(tmp_path / "b", "Gizmos are sold in Chile."))])
     one, two = Index(first), Index(second)
-    assert one.catalog["collection"] != two.catalog["collection"]
+    assert one.catalog.collection != two.catalog.collection
     assert all("Gizmos" not in p.text for p in Retriever(one).search("gizmos chile", "vector"))
     assert all("Widgets" not in p.text for p in Retriever(two).search("widgets norway", "vector"))
 
@@ -65,4 +65,4 @@ def test_a_server_that_is_down_is_a_clear_error(tmp_path: Path) -> None:
     config = scratch_config(tmp_path, **{"index.chroma_url": f"http://127.0.0.1:{free_port()}"})
     with pytest.raises(UserError, match="Chroma server"):
         Index(config).ingest([str(notes(tmp_path / "docs", "Widgets."))])
-    assert not (tmp_path / "index" / "catalog.json").exists()
+    assert not Index(config).exists

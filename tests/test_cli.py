@@ -24,7 +24,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture()
 def intact(workdir: Path):
     """Asserts that the index files are byte-for-byte unchanged by the test."""
-    catalog = workdir / ".dspy-rag" / "index" / "catalog.json"
+    catalog = workdir / ".dspy-rag" / "index" / "catalog.sqlite3"
     before = catalog.read_bytes()
     yield
     assert catalog.read_bytes() == before

@@ -62,14 +62,14 @@ def test_a_url_is_downloaded_with_the_configured_user_agent(tmp_path: Path, serv
     report = index.ingest([f"{base}/filing"])
     assert report.added == [f"{base}/filing"]
     assert agents == ["Jane Analyst jane@example.com"]
-    assert any("Competition is intense." in row["text"] for row in index.catalog["chunks"].values())
+    assert any("Competition is intense." in chunk.text for chunk in index.chunks())
 
 
 def test_an_http_error_names_a_local_file_to_ingest_instead(tmp_path: Path, server: tuple[str, list[str]]) -> None:
     base, _ = server
     with pytest.raises(UserError, match="ingest the local file"):
         Index(scratch_config(tmp_path)).ingest([f"{base}/missing.htm"])
-    assert not (tmp_path / "index" / "catalog.json").exists()
+    assert not Index(scratch_config(tmp_path)).exists
 
 
 def test_a_server_that_trickles_its_bytes_is_given_up_at_the_deadline_with_progress(

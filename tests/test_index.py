@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_one_line_error, run_cli, scratch_config
+from dspy_rag.catalog import DATABASE as CATALOG
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
 from dspy_rag.retrieval import Retriever
@@ -44,8 +45,8 @@ def test_tenk_index_finds_the_data_center_revenue_sentence(tenk_index: Index) ->
 
 @pytest.mark.slow
 def test_catalog_and_chroma_agree(tenk_index: Index) -> None:
-    assert stored_ids(tenk_index) == set(tenk_index.catalog["chunks"])
-    assert len(tenk_index.catalog["chunks"]) > 300
+    assert stored_ids(tenk_index) == tenk_index.catalog.ids()
+    assert tenk_index.chunk_count > 300
 
 
 def test_reingesting_an_unchanged_file_changes_nothing(tmp_path: Path) -> None:
@@ -70,7 +71,7 @@ def test_a_changed_file_replaces_its_chunks(tmp_path: Path) -> None:
     report = fresh.ingest([str(notes)])
     assert report.replaced == [str(notes.resolve())]
     assert not old & stored_ids(fresh)
-    texts = " ".join(row["text"] for row in fresh.catalog["chunks"].values())
+    texts = " ".join(chunk.text for chunk in fresh.chunks())
     assert "Gizmos" in texts and "Widgets" not in texts
     assert Retriever(fresh).search("gizmos chile", "keyword")[0].text.startswith("# Sales")
 
@@ -78,7 +79,7 @@ def test_a_changed_file_replaces_its_chunks(tmp_path: Path) -> None:
 def test_an_interrupted_ingest_leaves_the_previous_index_usable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     notes = write_notes(tmp_path / "docs")
     Index(scratch_config(tmp_path)).ingest([str(notes)])
-    catalog = (tmp_path / "index" / "catalog.json").read_bytes()
+    catalog = (tmp_path / "index" / CATALOG).read_bytes()
     write_notes(tmp_path / "docs", body="Gizmos are sold in Chile.")
     crashing = Index(scratch_config(tmp_path))
 
@@ -88,15 +89,15 @@ def test_an_interrupted_ingest_leaves_the_previous_index_usable(tmp_path: Path, 
     monkeypatch.setattr(crashing, "_commit", crash)
     with pytest.raises(KeyboardInterrupt):
         crashing.ingest([str(notes)])
-    assert (tmp_path / "index" / "catalog.json").read_bytes() == catalog
+    assert (tmp_path / "index" / CATALOG).read_bytes() == catalog
     survivor = Index(scratch_config(tmp_path))
-    assert len(stored_ids(survivor)) > len(survivor.catalog["chunks"])  # the uncommitted vectors are there
+    assert len(stored_ids(survivor)) > survivor.chunk_count  # the uncommitted vectors are there
     hits = Retriever(survivor).search("Which goods are sold?", "vector")
     assert hits and all("Gizmos" not in p.text for p in hits)  # but never served
     monkeypatch.undo()
     Index(scratch_config(tmp_path)).ingest([str(notes)])
     final = Index(scratch_config(tmp_path))
-    assert stored_ids(final) == set(final.catalog["chunks"])  # leftovers swept
+    assert stored_ids(final) == final.catalog.ids()  # leftovers swept
 
 
 def test_folders_skip_unsupported_files_and_survive_symlink_loops(tmp_path: Path) -> None:
@@ -128,13 +129,13 @@ def test_a_bad_file_in_a_folder_is_reported_and_the_rest_ingested(tmp_path: Path
 ])
 def test_bad_input_leaves_the_index_intact(tmp_path: Path, make) -> None:
     Index(scratch_config(tmp_path)).ingest([str(write_notes(tmp_path / "docs"))])
-    catalog = (tmp_path / "index" / "catalog.json").read_bytes()
+    catalog = (tmp_path / "index" / CATALOG).read_bytes()
     index = Index(scratch_config(tmp_path))
     ids = stored_ids(index)
     with pytest.raises(UserError) as error:
         index.ingest([str(make(tmp_path / "docs"))])
     assert "\n" not in str(error.value)
-    assert (tmp_path / "index" / "catalog.json").read_bytes() == catalog
+    assert (tmp_path / "index" / CATALOG).read_bytes() == catalog
     assert stored_ids(Index(scratch_config(tmp_path))) == ids
 
 
@@ -168,11 +169,11 @@ def test_the_catalog_stores_offsets_into_the_parsed_text(tmp_path: Path) -> None
     notes = write_notes(tmp_path / "docs")
     index = Index(scratch_config(tmp_path))
     index.ingest([str(notes)])
-    rows = json.loads(index.catalog_path.read_text())["chunks"].values()
+    chunks = list(Index(scratch_config(tmp_path)).chunks())
     source = notes.read_text()
-    assert all(source[row["start"] : row["end"]] == row["text"] for row in rows)
-    assert {row["section"] for row in rows} == {"Sales", "Risks"}
-    assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path / "index"))
+    assert all(source[chunk.start : chunk.end] == chunk.text for chunk in chunks)
+    assert {chunk.section for chunk in chunks} == {"Sales", "Risks"}
+    assert not any("staging" in name for name in os.listdir(tmp_path / "index"))
 
 
 @pytest.mark.slow
@@ -203,7 +204,7 @@ def test_the_same_text_under_two_sources_is_returned_once(tmp_path: Path) -> Non
     first, second = write_notes(tmp_path / "a"), write_notes(tmp_path / "b")
     index = Index(scratch_config(tmp_path))
     index.ingest([str(first), str(second)])
-    assert len(index.catalog["chunks"]) == 4  # two files, two sections each
+    assert index.chunk_count == 4  # two files, two sections each
     passages = Retriever(index, top_k=10).search("widgets sold in Norway", "hybrid")
     assert len(passages) == 2 and len({p.text for p in passages}) == 2
 
@@ -214,17 +215,17 @@ def test_a_lost_vector_store_is_an_error_naming_the_repair_which_mends_it(tmp_pa
     notes = write_notes(tmp_path / "docs", "\n\n".join(f"# Part {n}\n" + f"Fact {n} is here. " * 60
                                                         for n in range(6)))
     assert run_cli("ingest", str(notes), cwd=tmp_path).returncode == 0
-    ids = set(json.loads((tmp_path / INDEX / "catalog.json").read_text())["chunks"])
+    ids = Index(scratch_config(tmp_path, **{"index.path": tmp_path / INDEX})).catalog.ids()
     if loss == "folder deleted":
         shutil.rmtree(tmp_path / INDEX / "chroma")
     else:  # in another process, as a damaged store would be found
         store = str(tmp_path / INDEX / "chroma")
         subprocess.run([sys.executable, "-c", f"import chromadb; chromadb.PersistentClient({store!r})"
                         f".get_collection('documents').delete(ids={sorted(ids)[:2]!r})"], check=True)
-    catalog = (tmp_path / INDEX / "catalog.json").read_bytes()
+    catalog = (tmp_path / INDEX / CATALOG).read_bytes()
     for command in (("ask", "Which fact is here?"), ("ingest", str(notes))):  # "unchanged" would hide the loss
         assert_one_line_error(run_cli(*command, cwd=tmp_path), "ingest --repair", f"for the {len(ids)} chunks")
-    assert (tmp_path / INDEX / "catalog.json").read_bytes() == catalog  # the catalog is left as it was
+    assert (tmp_path / INDEX / CATALOG).read_bytes() == catalog  # the catalog is left as it was
     repaired = run_cli("ingest", "--repair", "--json", cwd=tmp_path)
     assert repaired.returncode == 0, repaired.stderr
     assert json.loads(repaired.stdout)["repaired"] == (len(ids) if loss == "folder deleted" else 2)

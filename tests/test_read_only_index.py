@@ -101,7 +101,8 @@ def test_a_store_left_mid_commit_is_read_as_last_committed_and_left_to_the_write
     reopened()
     index = Index(scratch_config(tmp_path)).require()
     stored = index.collection.get(include=["documents"])
-    assert stored["documents"] == [index.chunk(i).text for i in stored["ids"]]  # the changes rolled back
+    committed = index.catalog.chunks(stored["ids"])
+    assert stored["documents"] == [committed[i].text for i in stored["ids"]]  # the changes rolled back
     assert Retriever(index).search("Data Center revenue", "vector")
     assert tree(tmp_path / "index") == files
     with sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True) as reader, pytest.raises(sqlite3.Error):
@@ -157,4 +158,4 @@ def test_an_index_missing_its_vectors_is_still_mended_by_the_next_eval(trainset:
     assert invoke(*evaluating, "--out", str(tmp_path / "again")).returncode == 0
     reopened()
     index = Index(scratch_config(tmp_path, **{"index.path": folder}))
-    assert index.collection.count() == len(index.catalog["chunks"]) > 0
+    assert index.collection.count() == index.chunk_count > 0

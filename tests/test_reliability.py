@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from test_catalog import LEGACY_CATALOG
 from test_documents import build_pdf
 from test_web import FakeTavily
 
@@ -62,6 +63,10 @@ def index_state(root: Path = INDEX) -> tuple[bytes, list[str]]:
     """What a failed command must leave alone: the catalog's bytes and the vectors Chroma holds."""
     index = Index(load_config(overrides={"index.path": root}))
     return index.catalog_path.read_bytes(), sorted(index.collection.get(include=[])["ids"])
+
+
+def catalog_ids(root: Path = INDEX) -> set[str]:
+    return Index(load_config(overrides={"index.path": root})).catalog.ids()
 
 
 # --- the LM fails ------------------------------------------------------------------------------------------
@@ -204,15 +209,18 @@ def sources_as_a_list(catalog: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("damage", [drop_chunks, drop_a_chunk_text, sources_as_a_list])
 def test_a_damaged_catalog_is_refused_and_left_as_it_is(workspace: Path, damage: Callable[[dict], None]) -> None:
-    """A hand-edited or half-restored catalog: ask and ingest refuse it whole, and neither rewrites it."""
+    """A hand-edited or half-restored catalog of the JSON format before SQLite: ask and ingest refuse it whole,
+    and neither rewrites or migrates it."""
+    for database in INDEX.glob("catalog.sqlite3*"):
+        database.unlink()
     path = INDEX / "catalog.json"
-    catalog = json.loads(path.read_text())
+    catalog = json.loads(LEGACY_CATALOG.read_text())
     damage(catalog)
     path.write_text(json.dumps(catalog))
     damaged = path.read_bytes()
     assert_one_line_error(invoke("ask", QUESTION), "damaged", "new --index")
     assert_one_line_error(invoke("ingest", "facts.md"), "damaged")
-    assert path.read_bytes() == damaged
+    assert path.read_bytes() == damaged and not list(INDEX.glob("catalog.sqlite3*"))
 
 
 def reopened() -> None:
@@ -320,7 +328,7 @@ def wait_for(condition: Callable[[], bool], what: str, *processes: subprocess.Po
 def writing(root: Path = INDEX) -> Callable[[], bool]:
     """Whether Chroma holds vectors the catalog does not list yet: an ingest between its writes and its commit."""
     index = Index(load_config(overrides={"index.path": root}))
-    committed = len(index.catalog["chunks"])
+    committed = index.chunk_count
     return lambda: index.collection.count() > committed
 
 
@@ -357,8 +365,8 @@ def test_an_ingest_stopped_mid_write_leaves_the_index_as_it_was(workspace: Path,
     (workspace / "more.md").write_text("# Offices\nThe Oslo office employs 42 engineers.\n")
     assert invoke("ingest", "more.md").returncode == 0
     reopened()
-    final_catalog, final_stored = index_state()
-    assert set(final_stored) == set(json.loads(final_catalog)["chunks"]) > set(stored)  # leftovers swept
+    _, final_stored = index_state()
+    assert set(final_stored) == catalog_ids() > set(stored)  # leftovers swept
 
 
 @pytest.fixture()
@@ -444,7 +452,7 @@ def test_asks_read_while_an_ingest_writes(workspace: Path, fake_lm: FakeLM) -> N
     while ingest.poll() is None:  # and reads in this process while it writes its last vectors and commits
         index = Index(load_config())
         hits = Retriever(index).search("crate left the Oslo depot", "hybrid")
-        assert hits and {p.id for p in hits} <= set(index.catalog["chunks"])
+        assert hits and {p.id for p in hits} <= index.catalog.ids()
         reads += 1
         time.sleep(0.1)
     assert ingest.returncode == 0 and reads, ingest.stderr.read() if ingest.stderr else ""
@@ -622,8 +630,7 @@ def test_any_file_is_ingested_or_refused_in_one_line(workspace: Path, name: str,
     result = invoke("ingest", str(path))
     if result.returncode != 0:
         assert_one_line_error(result)
-    catalog, stored = index_state()
-    assert stored == sorted(json.loads(catalog)["chunks"])
+    assert set(index_state()[1]) == catalog_ids()
 
 
 @pytest.mark.slow

@@ -9,7 +9,15 @@ from contextlib import contextmanager
 
 from rich.console import Console, RenderableType
 from rich.measure import Measurement
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.text import Text
 
 # soft_wrap: piped output keeps its long lines instead of being hard-wrapped at 80 columns.
@@ -35,10 +43,10 @@ def print_whole(table: RenderableType) -> None:
 
 
 def bar_display(transient: bool = False, disable: bool = False) -> Progress:
-    """Progress bars on stderr: what is being done, the bar, done of total, time taken; `transient` ones vanish
-    when the block ends."""
+    """Progress bars on stderr: what is being done, the bar, done of total, time taken and the time left at the
+    pace so far (a file's embedding takes minutes); `transient` ones vanish when the block ends."""
     return Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=err, transient=transient, disable=disable)
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=transient, disable=disable)
 
 
 class PhaseBars:

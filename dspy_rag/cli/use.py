@@ -42,12 +42,13 @@ def ingest(
         task = bar.add_task("starting", total=None)
         report = store.ingest(inputs or [], lambda stage, done, total: bar.update(
             task, description=stage, completed=done, total=total or None), repair=repair)
+    sources = store.sources  # read once: the catalog holds every source, a folder may add thousands
     summary = {
         "index": str(store.root), "added": report.added, "replaced": report.replaced, "unchanged": report.unchanged,
         "skipped": report.skipped, "failed": report.failed, "chunks_written": report.chunks_written,
         "repaired": report.repaired,
-        "chunks_total": len(store.catalog["chunks"]), "seconds": round(report.seconds, 2),
-        "sections": {s: meta["sections"] for s, meta in store.sources.items()
+        "chunks_total": store.chunk_count, "seconds": round(report.seconds, 2),
+        "sections": {s: meta["sections"] for s, meta in sources.items()
                      if s in report.added + report.replaced},
     }
     if as_json:
@@ -56,9 +57,9 @@ def ingest(
         if report.repaired:
             out.print(f"repaired {report.repaired} chunks whose vectors were lost")
         for source in report.added + report.replaced:
-            sections = store.sources[source]["sections"]
+            sections = sources[source]["sections"]
             verb = "added" if source in report.added else "replaced"
-            out.print(f"{verb} {source}: {store.sources[source]['chunks']} chunks in {len(sections)} sections")
+            out.print(f"{verb} {source}: {sources[source]['chunks']} chunks in {len(sections)} sections")
             for section in sections:
                 out.print(f"  {section}")
         for source in report.unchanged:
@@ -111,7 +112,7 @@ def ask(
     program = program_for(pipeline, settings, store, searcher, policy, say, artifact)
     also = f" and web search ({searcher.name})" if searcher else ""
     reranker = reranker_label(program.reranker)
-    say(f"{pipeline} research over {len(store.catalog['chunks'])} chunks{also}, reranked by {reranker}")
+    say(f"{pipeline} research over {store.chunk_count} chunks{also}, reranked by {reranker}")
     history_start = len(lm.history)
     with lm_failures(settings):
         result = program(question=text)
