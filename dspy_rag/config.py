@@ -173,11 +173,21 @@ class MLflowConfig(Section):
     experiment: str = "dspy-rag"
 
 
+HOST = re.compile(r"[A-Za-z0-9:][A-Za-z0-9.:-]*")  # a name or an IPv4/IPv6 address, as a socket takes it
+
+
+def host_problem(host: str) -> str | None:
+    """Why `host` is no address a server can listen on, or None when it may be one."""
+    if HOST.fullmatch(host) and len(host) <= 253:
+        return None
+    return f"'{host[:40]}' is no host name or IP address; use e.g. 127.0.0.1, or 0.0.0.0 for every interface"
+
+
 class ServeConfig(Section):
     """`dspy-rag serve`: where it listens, who may call it and how much it takes on."""
 
-    host: str = Field("127.0.0.1", min_length=1, description="the address to listen on; 0.0.0.0 opens it to the "
-                      "network")
+    host: Annotated[str, _fails_if(host_problem)] = Field("127.0.0.1", description="the address to listen on; "
+                                                          "0.0.0.0 opens it to the network")
     port: int = Field(8765, ge=1, le=65535)
     token: SecretStr | None = Field(None, description="a bearer token every request must carry; set it through "
                                     "DSPY_RAG_SERVE_TOKEN rather than in the file")

@@ -304,9 +304,11 @@ def test_the_token_guards_every_route_and_appears_nowhere(tmp_path: Path, fake_l
         report = httpx.post(url + "/v1/ingest", json={"inputs": ["more.md"]}, headers=allowed, timeout=300)
         again = httpx.post(url + "/v1/research", json={"question": "Gaming revenue?", "stream": False},
                            headers=allowed, timeout=120)
+        after = httpx.get(url + "/health", headers=allowed).json()
     assert health.status_code == answered.status_code == report.status_code == again.status_code == 200
     assert report.json()["added"] == [str(tmp_path / "more.md")] and report.json()["chunks_total"] == 2
     assert len(again.json()["retrieved"]) == 2
+    assert after["chunks"] == 2 and after["status"] == "ready"
     assert TOKEN not in health.text + answered.text + report.text and TOKEN not in caplog.text
     shown = invoke("config", "--json").stdout
     assert TOKEN not in shown and json.loads(shown)["serve"]["token"]  # `dspy-rag config` masks it

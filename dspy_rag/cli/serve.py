@@ -13,7 +13,7 @@ from dspy_rag.errors import UserError
 def port_problem(host: str, port: int) -> str | None:
     """Why the server could not listen on host:port (taken, or no address of this machine), or None."""
     try:
-        with socket.create_server((host, port)):
+        with socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET):
             return None
     except OSError as exc:
         return f"cannot listen on {host}:{port} ({exc.strerror}); pick another --port or --host"

@@ -20,7 +20,7 @@ from dspy_rag.server import chat
 from dspy_rag.server.bodies import ChatBody, IngestBody, ResearchBody
 from dspy_rag.server.gate import Gate
 from dspy_rag.server.line import Line, LineFull
-from dspy_rag.server.runs import Event, Run, Runs, reason
+from dspy_rag.server.runs import Event, Run, Runs, log, reason
 
 RETRY_SECONDS = 30  # about one deep run on the embedded model: when a full line may have room again
 RUN_ID = re.compile(r"[0-9a-f]{32}")
@@ -52,8 +52,12 @@ class Server:
             self.about = {"chunks": len(research.index.catalog["chunks"]), "artifact": research.program.artifact,
                           "reranker": research.reranker}
             self.status = "ready"
+            self.problem = None
         except UserError as exc:  # e.g. no index yet: runs still try, and succeed once one is ingested
             self.status, self.problem = "unready", reason(exc)
+        except Exception as exc:  # shown by /health, not left as a server loading for ever
+            log.error("loading failed: %s: %s", type(exc).__name__, reason(exc))
+            self.status, self.problem = "unready", f"unexpected {type(exc).__name__}: {reason(exc)}"
 
     def start(self, body: ResearchBody) -> Run:
         if self.runs.lm is None:
@@ -170,6 +174,7 @@ def create_app(settings: Config, lm: Any = None) -> FastAPI:
         store = Index(settings)
         report = await asyncio.to_thread(store.ingest, body.inputs, lambda *_: None)
         server.runs.opened.clear()  # their indexes are as they were before: the next runs open the new one
+        await server.load()  # what /health reports of the index, and ready now if it had none
         return store.summary(report)
 
     return app
