@@ -205,6 +205,30 @@ class MLflowConfig(Section):
     experiment: str = "dspy-rag"
 
 
+HOST = re.compile(r"[A-Za-z0-9:][A-Za-z0-9.:-]*")  # a name or an IPv4/IPv6 address, as a socket takes it
+
+
+def host_problem(host: str) -> str | None:
+    """Why `host` is no address a server can listen on, or None when it may be one."""
+    if HOST.fullmatch(host) and len(host) <= 253:
+        return None
+    return f"'{host[:40]}' is no host name or IP address; use e.g. 127.0.0.1, or 0.0.0.0 for every interface"
+
+
+class ServeConfig(Section):
+    """`dspy-rag serve`: where it listens, who may call it and how much it takes on."""
+
+    host: Annotated[str, _fails_if(host_problem)] = Field("127.0.0.1", description="the address to listen on; "
+                                                          "0.0.0.0 opens it to the network")
+    port: int = Field(8765, ge=1, le=65535)
+    token: SecretStr | None = Field(None, description="a bearer token every request must carry; set it through "
+                                    "DSPY_RAG_SERVE_TOKEN rather than in the file")
+    queue: int = Field(8, ge=0, le=1000, description="requests that may wait for the model; one more gets 503")
+    max_body_bytes: int = Field(65536, ge=1024, le=16 * 2**20, description="the largest request body taken")
+    ingest: bool = Field(False, description="allow POST /v1/ingest, which reads files and URLs into the index")
+    trajectories: int = Field(100, ge=1, le=10000, description="finished runs kept for /v1/trajectories/{id}")
+
+
 class Config(Section):
     lm: LMConfig = LMConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
@@ -218,6 +242,7 @@ class Config(Section):
     web: WebConfig = WebConfig()
     artifacts: ArtifactConfig = ArtifactConfig()
     mlflow: MLflowConfig = MLflowConfig()
+    serve: ServeConfig = ServeConfig()
 
     def masked(self) -> dict[str, Any]:
         """The configuration as plain data, secrets shown as '***' (or null when unset), also a password in a URL."""
@@ -323,7 +348,7 @@ def load_config(
         variable = from_environment.get(".".join(str(part) for part in first["loc"][:2]))
         origin = f" (set by {variable[1]})" if variable and where not in flags else ""
         raise UserError(f"invalid configuration at '{where}'{origin}: {reason} (see `dspy-rag config`)") from exc
-    for secret in (config.lm.api_key, config.web.tavily_api_key):
+    for secret in (config.lm.api_key, config.web.tavily_api_key, config.serve.token):
         if secret is not None:
             register_secret(secret.get_secret_value())
     for section, name in URL_FIELDS:

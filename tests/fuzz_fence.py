@@ -22,7 +22,8 @@ WORK = (("dspy_rag.embeddings.SentenceEmbedding.embed", "embedding model"),
         ("dspy_rag.llama_engine.LlamaEngine.__init__", "local model"),
         ("dspy_rag.reranker.MiniLMReranker.load", "reranker"),
         ("dspy_rag.optimizers.train_reranker.train_reranker", "reranker training"),
-        ("dspy_rag.cli.bench.scaling", "synthetic corpora"))  # patched where the command imports it
+        ("dspy_rag.cli.bench.scaling", "synthetic corpora"),  # patched where the command imports it
+        ("uvicorn.run", "server"))
 
 
 class ReachedWork(BaseException):

@@ -13,6 +13,7 @@ from dspy_rag.cli.bench import bench_app
 from dspy_rag.cli.inspection import history_command, list_models, show_config, trainsets_command
 from dspy_rag.cli.learn import compile_command, distill_policy_command, train_reranker_command
 from dspy_rag.cli.measure import eval_command
+from dspy_rag.cli.serve import serve
 from dspy_rag.cli.use import ask, ingest
 from dspy_rag.errors import UserError, exit_with_error
 
@@ -38,6 +39,7 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_versio
 # In --help order: the panels appear as their first command does.
 app.command("ingest", rich_help_panel=USE)(ingest)
 app.command("ask", rich_help_panel=USE)(ask)
+app.command("serve", rich_help_panel=USE)(serve)
 app.command("compile", rich_help_panel=LEARN)(compile_command)
 app.command("distill-policy", rich_help_panel=LEARN)(distill_policy_command)
 app.command("train-reranker", rich_help_panel=LEARN)(train_reranker_command)

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
+from dspy_rag.api import lm_failures
 from dspy_rag.cli.console import STDERR, bar_display, out
-from dspy_rag.cli.lm_failures import lm_failures
 from dspy_rag.cli.options import ConfigOption, JsonOption, ModelOption, config_of, print_json
 from dspy_rag.errors import UserError
 from dspy_rag.optimizers.distill_policy import DEFAULT_STEP_COST

@@ -7,9 +7,8 @@ from typing import Annotated, Literal
 import typer
 
 from dspy_rag import paths
-from dspy_rag.api import clean_question, reranker_label
+from dspy_rag.api import Research, clean_question
 from dspy_rag.cli.console import bar_display, err, out, progress, styled
-from dspy_rag.cli.lm_failures import lm_failures
 from dspy_rag.cli.options import (
     ArtifactOption,
     ConfigOption,
@@ -42,15 +41,7 @@ def ingest(
         task = bar.add_task("starting", total=None)
         report = store.ingest(inputs or [], lambda stage, done, total: bar.update(
             task, description=stage, completed=done, total=total or None), repair=repair)
-    sources = store.sources  # read once: the catalog holds every source, a folder may add thousands
-    summary = {
-        "index": str(store.root), "added": report.added, "replaced": report.replaced, "unchanged": report.unchanged,
-        "skipped": report.skipped, "failed": report.failed, "chunks_written": report.chunks_written,
-        "repaired": report.repaired,
-        "chunks_total": store.chunk_count, "seconds": round(report.seconds, 2),
-        "sections": {s: meta["sections"] for s, meta in sources.items()
-                     if s in report.added + report.replaced},
-    }
+    summary = store.summary(report)
     if as_json:
         print_json(summary)
     else:
@@ -87,14 +78,8 @@ def ask(
     as_json: JsonOption = False,
 ) -> None:
     """Research a question over the index (and the web, when on) and print a cited answer."""
-    import dspy
-
     from dspy_rag.citations import source_name
     from dspy_rag.files import write_json_atomic
-    from dspy_rag.index import Index
-    from dspy_rag.models import build_lm, usage_since
-    from dspy_rag.pipelines.programs import program_for
-    from dspy_rag.web import web_search
 
     started = time.perf_counter()
     text = clean_question(question)
@@ -103,48 +88,25 @@ def ask(
     if trace is not None:  # checked now: the trajectory is written after the research
         paths.output_file(trace, "--trace")
     settings = config_of(config, **{"index.path": index, "lm.model": model})
-    store = Index(settings).require()
     say = QUIET.say if as_json else progress
-    searcher = web_search(settings, web)
-    say(f"loading {settings.lm.model}")
-    lm = build_lm(settings.lm)
-    dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
-    program = program_for(pipeline, settings, store, searcher, policy, say, artifact)
-    also = f" and web search ({searcher.name})" if searcher else ""
-    reranker = reranker_label(program.reranker)
-    say(f"{pipeline} research over {store.chunk_count} chunks{also}, reranked by {reranker}")
-    history_start = len(lm.history)
-    with lm_failures(settings):
-        result = program(question=text)
-    seconds = time.perf_counter() - started
-    usage = usage_since(lm, history_start)
-    trajectory = result.trajectory.to_json() if pipeline == "deep" else None
+    research = Research.open(settings, pipeline, policy, artifact, web, on_event=say)
+    also = f" and web search ({research.web.name})" if research.web else ""
+    say(f"{pipeline} research over {research.index.chunk_count} chunks{also}, "
+        f"reranked by {research.reranker}")
+    answer = research.run(text, started)
+    result, trajectory, usage = answer.result, answer.trajectory, answer.usage
     if trace is not None and trajectory is not None:
         try:
             write_json_atomic(trace, trajectory)
         except OSError as exc:
             raise UserError(f"cannot write the trajectory to {trace}: {exc.strerror}; pick a writable path") from exc
-    web_error = result.web_error if pipeline == "baseline" else next(
-        (e for e in (trajectory["web_error"], *(s["web_error"] for s in trajectory["steps"])) if e), None)
-    if web_error and pipeline == "baseline":
-        say(f"web search failed: {web_error}; answered from the documents")
-    guards = trajectory["guards"] if trajectory is not None else result.guards
+    if answer.web_error and pipeline == "baseline":
+        say(f"web search failed: {answer.web_error}; answered from the documents")
     if pipeline == "baseline":  # the deep program streams its firings as they happen
-        for fired in guards:
+        for fired in answer.guards:
             say(f"{fired['guard']}: {fired['changed']} ({fired['why']}); saw {fired['saw']}", "guard")
     if as_json:
-        print_json({
-            "question": text, "pipeline": pipeline, "model": settings.lm.model, "answer": result.answer,
-            "short_answer": result.short_answer, "artifact": program.artifact if pipeline == "deep" else None,
-            "citations": [vars(c) for c in result.citations], "flagged": getattr(result, "flagged", []),
-            "guards": guards, "route": trajectory["route"] if trajectory is not None else "research",
-            "conflicts": result.conflicts, "single_source": result.single_source,
-            "retrieved": [{"id": p.id, "source": p.source, "section": p.section, "score": p.score}
-                          for p in result.passages],
-            "web": {"provider": searcher.name if searcher else "off", "error": web_error},
-            "reranker": reranker, **usage, "tokens": usage["prompt_tokens"] + usage["completion_tokens"],
-            "seconds": round(seconds, 2), "trajectory": trajectory,
-        })
+        print_json(answer.to_json())
         return
     out.print()
     if result.short_answer:
@@ -161,5 +123,5 @@ def ask(
             out.print(f"  [{citation.label}] {source_name(citation.source)} · {citation.chunk_id}")
     stopped = f" · stopped early: {trajectory['stopped_early']}" if trajectory and trajectory["stopped_early"] else ""
     out.print(styled(("\n" + f"{pipeline} · {settings.lm.model} · {usage['lm_calls']} LM call(s) · "
-                      f"{usage['prompt_tokens'] + usage['completion_tokens']} tokens · {seconds:.1f} s{stopped}",
+                      f"{usage['prompt_tokens'] + usage['completion_tokens']} tokens · {answer.seconds:.1f} s{stopped}",
                       "dim")))

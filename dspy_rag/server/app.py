@@ -1,0 +1,240 @@
+"""The HTTP application: health, research streamed as server-sent events (or answered whole), an
+OpenAI-compatible chat endpoint, finished trajectories, and ingest when the configuration allows it."""
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException
+
+from dspy_rag.api import clean_question
+from dspy_rag.config import Config
+from dspy_rag.errors import UserError, one_line
+from dspy_rag.server import chat
+from dspy_rag.server.bodies import ChatBody, IngestBody, ResearchBody
+from dspy_rag.server.gate import Gate
+from dspy_rag.server.line import Line, LineFull
+from dspy_rag.server.runs import Event, Run, Runs, log, reason
+
+RETRY_SECONDS = 30  # about one deep run on the embedded model: when a full line may have room again
+RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+
+class NotReady(Exception):
+    """The model is still loading, or failed to."""
+
+
+class Server:
+    """One server's state: its configuration, the model once loaded, and the runs."""
+
+    def __init__(self, settings: Config, lm: Any = None) -> None:
+        self.settings = settings
+        self.status = "loading"
+        self.problem: str | None = None
+        self.about: dict[str, Any] = {"chunks": None, "artifact": None, "reranker": None}
+        self.runs = Runs(settings, lm, Line(parallel=1, room=settings.serve.queue))
+
+    async def load(self) -> None:
+        """Load the model, then open the default program once: what /health reports, and a check of the index."""
+        from dspy_rag.models import build_lm
+
+        try:
+            if self.runs.lm is None:
+                self.runs.lm = await asyncio.to_thread(build_lm, self.settings.lm)
+            research = await asyncio.get_running_loop().run_in_executor(
+                self.runs.worker, self.runs.program, ResearchBody(question="?"))
+            self.about = {"chunks": research.index.chunk_count, "artifact": research.program.artifact,
+                          "reranker": research.reranker}
+            self.status = "ready"
+            self.problem = None
+        except UserError as exc:  # e.g. no index yet: runs still try, and succeed once one is ingested
+            self.status, self.problem = "unready", reason(exc)
+        except Exception as exc:  # shown by /health, not left as a server loading for ever
+            log.error("loading failed: %s: %s", type(exc).__name__, reason(exc))
+            self.status, self.problem = "unready", f"unexpected {type(exc).__name__}: {reason(exc)}"
+
+    def start(self, body: ResearchBody) -> Run:
+        if self.runs.lm is None:
+            raise NotReady(self.problem or f"{self.settings.lm.model} is still loading; retry in a moment")
+        clean_question(body.question)  # refused now, not after a wait in the line
+        body.settings(self.settings)
+        return self.runs.start(body)
+
+
+def frame(kind: str, data: Any) -> str:
+    """One server-sent event."""
+    return f"event: {kind}\ndata: {json.dumps(data, default=str)}\n\n"
+
+
+async def disconnected(request: Request) -> None:
+    """Returns when the client has gone away."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def outcome(run: Run, request: Request) -> Event | None:
+    """The run's last event (its answer or error); None when the client went away first, which cancels it."""
+
+    async def last() -> Event | None:
+        seen = [event async for event in run.stream()]
+        return seen[-1] if seen else None
+
+    finished, gone = asyncio.create_task(last()), asyncio.create_task(disconnected(request))
+    try:
+        await asyncio.wait({finished, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not finished.done():
+        run.cancel()
+        finished.cancel()
+        return None
+    return finished.result()
+
+
+async def document(run: Run, request: Request) -> dict[str, Any]:
+    """The run's answer, `ask --json`'s document; its error as the response's."""
+    ended = await outcome(run, request)
+    if ended is None:  # no one is left to read it
+        raise HTTPException(499, "the client went away")
+    kind, data = ended
+    if kind == "error":
+        raise HTTPException(data["status"], data["error"])
+    return data
+
+
+def create_app(settings: Config, lm: Any = None) -> FastAPI:
+    """The application over `settings` (the CLI's configuration); `lm` a model already loaded, else the configured
+    one loads when the server starts (/health says loading until then)."""
+    server = Server(settings, lm)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        loading = asyncio.create_task(server.load())
+        yield
+        loading.cancel()
+        server.runs.close()
+
+    # No interactive docs: their page loads its scripts from a CDN, and the server works offline.
+    app = FastAPI(title="dspy-rag", lifespan=lifespan, docs_url=None, redoc_url=None, redirect_slashes=False)
+    token = settings.serve.token.get_secret_value() if settings.serve.token else None
+    app.add_middleware(Gate, token=token, max_body_bytes=settings.serve.max_body_bytes)
+    app.state.server = server
+    errors(app)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        """Whether the server can answer, with the model, index, artifact and reranker it answers with."""
+        line = server.runs.line
+        return {"status": server.status, "model": settings.lm.model, "index": str(settings.index.path),
+                **server.about, "problem": server.problem,
+                "queue": {"running": line.running, "waiting": len(line.waiting), "room": line.room}}
+
+    @app.post("/v1/research", response_model=None)
+    async def research(body: ResearchBody, request: Request) -> StreamingResponse | JSONResponse:
+        """`ask`: its steps as server-sent events, ending with `answer`, the document `ask --json` prints
+        (`stream: false`: that document alone)."""
+        run = server.start(body)
+        if body.stream:
+            return StreamingResponse(events(run), media_type="text/event-stream",
+                                     headers={"cache-control": "no-cache", "x-run-id": run.id})
+        return JSONResponse(await document(run, request), headers={"x-run-id": run.id})
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(body: ChatBody, request: Request) -> StreamingResponse | JSONResponse:
+        """OpenAI's chat completions, model `dspy-rag`: the last user message researched by the deep program."""
+        if body.model != chat.MODEL:
+            raise HTTPException(404, f"model '{body.model}' is not served here; use {chat.MODEL}")
+        run = server.start(ResearchBody(question=body.question()))
+        if body.stream:
+            return StreamingResponse(chat_events(run), media_type="text/event-stream",
+                                     headers={"cache-control": "no-cache"})
+        return JSONResponse(chat.completion(run.id, await document(run, request)))
+
+    @app.get("/v1/trajectories/{run_id}")
+    async def trajectory(run_id: str) -> dict[str, Any]:
+        """A finished deep run's trajectory, by the id its stream began with."""
+        if not RUN_ID.fullmatch(run_id) or run_id not in server.runs.trajectories:
+            raise HTTPException(404, "no finished deep run has this id; the server keeps the last "
+                                f"{settings.serve.trajectories} (serve.trajectories)")
+        return server.runs.trajectories[run_id]
+
+    @app.post("/v1/ingest")
+    async def ingest(body: IngestBody) -> dict[str, Any]:
+        """`ingest --json`, when serve.ingest allows it: the files, folders or URLs read into the index."""
+        from dspy_rag.index import Index
+
+        if not settings.serve.ingest:
+            raise HTTPException(403, "ingest is off on this server; start it with serve.ingest: true to allow it")
+        store = Index(settings)
+        report = await asyncio.to_thread(store.ingest, body.inputs, lambda *_: None)
+        server.runs.opened.clear()  # their indexes are as they were before: the next runs open the new one
+        await server.load()  # what /health reports of the index, and ready now if it had none
+        return store.summary(report)
+
+    return app
+
+
+async def events(run: Run) -> AsyncIterator[str]:
+    """The research's server-sent events: `run` (its id), `queued` while it waits, each step as it happens,
+    and `answer` or `error` last. The client leaving ends the stream, which cancels the run."""
+    try:
+        yield frame("run", {"id": run.id})
+        async for kind, data in run.stream():
+            yield frame(kind, data)
+    finally:
+        run.cancel()
+
+
+async def chat_events(run: Run) -> AsyncIterator[str]:
+    """A streamed chat completion: the steps as SSE comments (clients skip them; they keep the stream alive),
+    then the answer as content, then [DONE]."""
+    try:
+        yield f"data: {json.dumps(chat.chunk(run.id, {'role': 'assistant', 'content': ''}))}\n\n"
+        async for kind, data in run.stream():
+            if kind == "answer":
+                yield f"data: {json.dumps(chat.chunk(run.id, {'content': chat.message(data)}))}\n\n"
+                yield f"data: {json.dumps(chat.chunk(run.id, {}, 'stop'))}\n\n"
+            elif kind == "error":
+                yield f"data: {json.dumps({'error': {'message': data['error'], 'code': data['status']}})}\n\n"
+            else:
+                yield f": {kind} {json.dumps(data, default=str)}\n\n"
+        yield "data: [DONE]\n\n"
+    finally:
+        run.cancel()
+
+
+def errors(app: FastAPI) -> None:
+    """Every refusal as a 4xx (or 503) with a one-line JSON reason."""
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0]
+        if first["type"] == "json_invalid":
+            return JSONResponse({"error": "the body is not valid JSON; send a JSON object"}, status_code=400)
+        where = ".".join(str(part) for part in first["loc"] if part != "body") or "the body"
+        return JSONResponse({"error": one_line(f"{where}: {first['msg']}")}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        text = exc.detail if exc.status_code != 404 or exc.detail != "Not Found" else (
+            f"no route {request.method} {request.url.path}; see /health, /v1/research, /v1/chat/completions")
+        return JSONResponse({"error": text}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(UserError)
+    async def user_error(_: Request, exc: UserError) -> JSONResponse:
+        return JSONResponse({"error": reason(exc)}, status_code=400)
+
+    @app.exception_handler(LineFull)
+    async def full(_: Request, exc: LineFull) -> JSONResponse:
+        return JSONResponse({"error": f"busy: {exc}; retry in {RETRY_SECONDS} s"}, status_code=503,
+                            headers={"retry-after": str(RETRY_SECONDS)})
+
+    @app.exception_handler(NotReady)
+    async def not_ready(_: Request, exc: NotReady) -> JSONResponse:
+        return JSONResponse({"error": reason(exc)}, status_code=503, headers={"retry-after": "5"})

@@ -1,0 +1,389 @@
+"""`dspy-rag serve`: a real uvicorn server on 127.0.0.1 over a real index, answering with the scripted LM that
+`ask` uses in the other tests: health, a streamed run equal to `ask --json`, the OpenAI client, a full line, a
+client that leaves, the token guard and hostile input."""
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import CALLS_PER_RUN, FACTS, REPLIES, FakeLM, free_port, invoke, scratch_config
+from dspy_rag.config import load_config
+from dspy_rag.index import Index
+
+QUESTION = "What was NVIDIA's Data Center revenue in fiscal 2023?"
+TOKEN = "tok-9f2c71e0a4b8d35e"
+Event = tuple[str, Any]
+
+
+@contextmanager
+def serving(environ: dict[str, str], **overrides: object) -> Iterator[str]:
+    """The application on a real uvicorn server on 127.0.0.1, over the configuration `environ` and `overrides` make
+    (as `dspy-rag serve` starts it), until the block ends; yields its URL once /health says ready."""
+    import uvicorn
+
+    from dspy_rag.server import create_app
+
+    port = free_port()
+    app = create_app(load_config(overrides=overrides, environ=environ))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    token = environ.get("DSPY_RAG_SERVE_TOKEN")
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    deadline = time.monotonic() + 300  # a loaded machine opens the index and reranker slowly
+    try:
+        while not server.started or httpx.get(url + "/health", headers=headers).json()["status"] == "loading":
+            assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+            time.sleep(0.05)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def environment(folder: Path, lm: FakeLM) -> dict[str, str]:
+    """The settings of a user whose index is in `folder` and whose model is the scripted one."""
+    # Absolute: the module's server outlives each test's working folder.
+    return {**lm.env, "DSPY_RAG_INDEX_PATH": str(folder / "index"), "DSPY_RAG_ARTIFACTS_PATH": str(folder / "artifacts")}
+
+
+@pytest.fixture(scope="module")
+def script() -> Iterator[FakeLM]:
+    server = FakeLM(REPLIES)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A user's folder with the facts ingested: one chunk."""
+    root = tmp_path_factory.mktemp("served")
+    (root / "facts.md").write_text(FACTS)
+    Index(scratch_config(root)).ingest([str(root / "facts.md")])
+    return root
+
+
+@pytest.fixture(scope="module")
+def served(folder: Path, script: FakeLM) -> Iterator[str]:
+    """One server for the module's tests: starting one opens the index and the reranker, which takes a while."""
+    with serving(environment(folder, script)) as url:
+        yield url
+
+
+@pytest.fixture()
+def fake_lm(script: FakeLM, folder: Path, monkeypatch: pytest.MonkeyPatch) -> FakeLM:
+    """The served scripted LM with its faults and requests reset, and `ask` pointed at it and the served index."""
+    for name, value in environment(folder, script).items():
+        monkeypatch.setenv(name, value)
+    script.requests.clear()
+    script.delay, script.hold_after, script.status = 0.0, None, 200
+    script.release.clear()
+    return script
+
+
+def sse(lines: Iterator[str]) -> Iterator[Event]:
+    """The (event, data) pairs of a server-sent event stream."""
+    kind, data = "message", []
+    for line in lines:
+        if line.startswith("event: "):
+            kind = line[len("event: "):]
+        elif line.startswith("data: "):
+            data.append(line[len("data: "):])
+        elif not line and data:
+            yield kind, json.loads("\n".join(data))
+            kind, data = "message", []
+
+
+def without_times(document: Any) -> Any:
+    """A document with its timings removed: two runs of the same research differ in nothing else."""
+    if isinstance(document, dict):
+        return {k: without_times(v) for k, v in document.items() if k not in ("seconds", "lm_seconds")}
+    if isinstance(document, list):
+        return [without_times(v) for v in document]
+    return document
+
+
+def assert_refused(response: httpx.Response, status: int | None = None) -> str:
+    """A 4xx with one line of JSON, {"error": reason}, and no traceback; returns the reason."""
+    assert 400 <= response.status_code < 500 if status is None else response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    [line] = response.text.splitlines()
+    body = json.loads(line)
+    assert list(body) == ["error"] and isinstance(body["error"], str) and "\n" not in body["error"]
+    assert "Traceback" not in response.text
+    return body["error"]
+
+
+def assert_refused_5xx(response: httpx.Response, status: int) -> str:
+    """A server-side failure: the status, one line of JSON and no traceback; returns the reason."""
+    assert response.status_code == status and "Traceback" not in response.text, response.text
+    [line] = response.text.splitlines()
+    return json.loads(line)["error"]
+
+
+def test_health_names_the_model_index_and_reranker(served: str, folder: Path) -> None:
+    health = httpx.get(served + "/health").json()
+    assert health["status"] == "ready" and health["problem"] is None
+    assert health["model"] == "openai/fake" and health["index"] == str(folder / "index") and health["chunks"] == 1
+    assert health["reranker"] == "minilm" and health["artifact"] is None  # no artifact is compiled for openai/fake
+    assert health["queue"] == {"running": 0, "waiting": 0, "room": 8}
+
+
+def test_a_streamed_run_shows_asks_steps_in_order_and_ends_with_asks_json(served: str, fake_lm: FakeLM) -> None:
+    with httpx.stream("POST", served + "/v1/research", json={"question": QUESTION}, timeout=60) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        events = list(sse(response.iter_lines()))
+    kinds = [kind for kind, _ in events]
+    assert kinds[0] == "run" and kinds[-1] == "answer" and kinds.count("answer") == 1
+    assert [k for k in kinds if k not in ("run", "progress", "answer")] == [
+        "sources", "plan", "step", "query", "strategy", "sources", "context", "finding", "decision"]
+    asked = invoke("ask", "--json", QUESTION)
+    assert asked.returncode == 0, asked.stderr
+    assert without_times(events[-1][1]) == without_times(json.loads(asked.stdout))
+    # The steps read as `ask` shows them, line for line, but for the two lines only the command prints.
+    shown = [line for line in invoke("ask", QUESTION).stderr.splitlines()
+             if not line.startswith(("› loading ", "› deep research over "))]
+    streamed = "\n".join(f"› {'' if kind == 'progress' else kind + ' '}{data['text']}" for kind, data in events[1:-1])
+    assert shown == streamed.splitlines()
+    run_id = events[0][1]["id"]
+    trajectory = httpx.get(f"{served}/v1/trajectories/{run_id}").json()
+    assert trajectory == events[-1][1]["trajectory"]
+
+
+def test_the_whole_answer_without_a_stream_and_the_baselines_lack_of_a_trajectory(served: str,
+                                                                                    fake_lm: FakeLM) -> None:
+    answered = httpx.post(served + "/v1/research", json={"question": QUESTION, "pipeline": "baseline",
+                                                         "stream": False}, timeout=60)
+    assert answered.status_code == 200, answered.text
+    document = answered.json()
+    assert document["pipeline"] == "baseline" and document["short_answer"] == "$15.01 billion"
+    assert without_times(document) == without_times(json.loads(
+        invoke("ask", "--json", "--pipeline", "baseline", QUESTION).stdout))
+    assert "deep run" in assert_refused(httpx.get(f"{served}/v1/trajectories/{answered.headers['x-run-id']}"), 404)
+
+
+def test_the_openai_client_gets_the_cited_answer_whole_and_streamed(served: str, fake_lm: FakeLM) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=served + "/v1", api_key="unused", timeout=60)
+    question = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}]
+    reply = client.chat.completions.create(model="dspy-rag", messages=question)
+    text = reply.choices[0].message.content
+    assert reply.model == "dspy-rag" and reply.choices[0].finish_reason == "stop"
+    assert text.startswith("**$15.01 billion**") and "Sources:\n- [" in text and "facts.md" in text
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens > 0
+    chunks = list(client.chat.completions.create(model="dspy-rag", messages=question, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == text
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    with pytest.raises(openai.NotFoundError, match="use dspy-rag"):
+        client.chat.completions.create(model="gpt-4o", messages=question)
+
+
+def test_twenty_requests_at_once_are_each_answered_or_turned_away(served: str, fake_lm: FakeLM) -> None:
+    fake_lm.delay = 0.05  # each run takes long enough for the line to fill
+    results: dict[int, httpx.Response] = {}
+
+    def ask(n: int) -> None:
+        results[n] = httpx.post(served + "/v1/research", json={"question": f"Question {n}: Data Center revenue?",
+                                                               "stream": False}, timeout=300)
+
+    threads = [threading.Thread(target=ask, args=(n,)) for n in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert httpx.get(served + "/health").json()["queue"] == {"running": 0, "waiting": 0, "room": 8}
+    answered = {n for n, r in results.items() if r.status_code == 200}
+    busy = {n for n, r in results.items() if r.status_code == 503}
+    assert answered | busy == set(range(20)) and len(answered) >= 9 and busy  # one running and eight waiting
+    for n in answered:  # each answer is its own question's
+        assert results[n].json()["question"] == f"Question {n}: Data Center revenue?"
+        assert results[n].json()["short_answer"] == "$15.01 billion"
+    for n in busy:
+        assert results[n].headers["retry-after"] == "30" and "busy" in assert_refused(results[n], 503)
+    assert len(fake_lm.requests) == CALLS_PER_RUN * len(answered)  # nothing ran for a request turned away
+
+
+def test_waiting_runs_are_told_their_place_in_the_line(served: str, fake_lm: FakeLM) -> None:
+    fake_lm.hold_after = 0  # the first run's second LM call waits until released
+    first = httpx.Client(timeout=60).stream("POST", served + "/v1/research", json={"question": QUESTION})
+    with first as running:
+        running_events = sse(running.iter_lines())
+        assert next(running_events)[0] == "run"
+        while len(fake_lm.requests) < 2:
+            time.sleep(0.02)
+        places: dict[str, list[int]] = {"second": [], "third": []}
+
+        def wait(name: str) -> None:
+            with httpx.stream("POST", served + "/v1/research", json={"question": QUESTION}, timeout=60) as waiting:
+                for kind, data in sse(waiting.iter_lines()):
+                    if kind == "queued":
+                        places[name].append(data["position"])
+                    assert kind != "error", data
+
+        second = threading.Thread(target=wait, args=("second",))
+        second.start()
+        while not places["second"]:
+            time.sleep(0.02)
+        third = threading.Thread(target=wait, args=("third",))
+        third.start()
+        while not places["third"]:
+            time.sleep(0.02)
+        assert httpx.get(served + "/health").json()["queue"]["waiting"] == 2
+        fake_lm.release.set()
+        assert [kind for kind, _ in running_events][-1] == "answer"
+    second.join()
+    third.join()
+    assert places == {"second": [1], "third": [2, 1]}
+
+
+def test_a_client_that_leaves_cancels_its_run_at_the_next_step(served: str, fake_lm: FakeLM,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    fake_lm.hold_after = 1  # the plan is made; the next call waits until released
+    caplog.set_level(logging.INFO, "dspy_rag.server")
+    with httpx.stream("POST", served + "/v1/research", json={"question": QUESTION}, timeout=60) as response:
+        for kind, _ in sse(response.iter_lines()):
+            if kind == "plan":
+                break
+    fake_lm.release.set()  # the held call answers; the run meets its next step and stops there
+    deadline = time.monotonic() + 30
+    while not any("cancelled" in r.message for r in caplog.records):
+        assert time.monotonic() < deadline, "the run was not cancelled"
+        time.sleep(0.05)
+    assert len(fake_lm.requests) == 2 < CALLS_PER_RUN  # no call after the one under way
+    assert httpx.get(served + "/health").json()["queue"]["running"] == 0
+    fake_lm.hold_after = None
+    answered = httpx.post(served + "/v1/research", json={"question": QUESTION, "stream": False}, timeout=60)
+    assert answered.status_code == 200  # the model is free again
+
+
+def test_a_model_that_fails_is_a_502_in_one_line_and_the_server_goes_on(served: str, fake_lm: FakeLM) -> None:
+    fake_lm.status, fake_lm.error = 401, "Incorrect API key provided"
+    with httpx.stream("POST", served + "/v1/research", json={"question": QUESTION}, timeout=60) as response:
+        kind, data = list(sse(response.iter_lines()))[-1]
+    assert kind == "error" and data["status"] == 502 and "API key" in data["error"]
+    whole = httpx.post(served + "/v1/research", json={"question": QUESTION, "stream": False}, timeout=60)
+    assert "check the model name, its server (lm.api_base) and its API key" in assert_refused_5xx(whole, 502)
+    fake_lm.status = 200
+    assert httpx.post(served + "/v1/research", json={"question": QUESTION, "stream": False}, timeout=60).is_success
+
+
+def test_the_token_guards_every_route_and_appears_nowhere(tmp_path: Path, fake_lm: FakeLM, caplog: pytest.LogCaptureFixture,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    caplog.set_level(logging.INFO)
+    (tmp_path / "facts.md").write_text(FACTS)
+    Index(scratch_config(tmp_path)).ingest([str(tmp_path / "facts.md")])  # an index of its own: ingest grows it
+    (tmp_path / "more.md").write_text("# Gaming\n\nGaming revenue was $9.07 billion.\n")
+    monkeypatch.setenv("DSPY_RAG_SERVE_TOKEN", TOKEN)  # where a user keeps it; the server reads it from there
+    routes = [("GET", "/health", None), ("POST", "/v1/research", {"question": QUESTION, "stream": False}),
+              ("POST", "/v1/chat/completions", {"model": "dspy-rag", "messages": [{"role": "user", "content": "Hi"}]}),
+              ("GET", "/v1/trajectories/" + "0" * 32, None), ("POST", "/v1/ingest", {"inputs": ["more.md"]}),
+              ("GET", "/nowhere", None), ("GET", "/openapi.json", None)]
+    with serving({**environment(tmp_path, fake_lm), "DSPY_RAG_SERVE_TOKEN": TOKEN}, **{"serve.ingest": True}) as url:
+        for method, path, body in routes:
+            for header in ({}, {"authorization": "Bearer wrong"}, {"authorization": TOKEN}):
+                refused = httpx.request(method, url + path, json=body, headers=header, timeout=60)
+                assert "token" in assert_refused(refused, 401) and refused.headers["www-authenticate"] == "Bearer"
+        allowed = {"authorization": f"Bearer {TOKEN}"}
+        health = httpx.get(url + "/health", headers=allowed)
+        answered = httpx.post(url + "/v1/research", json={"question": QUESTION, "stream": False}, headers=allowed,
+                              timeout=120)
+        # With serve.ingest on, ingest reads into the index, and the next runs search the new chunks.
+        report = httpx.post(url + "/v1/ingest", json={"inputs": ["more.md"]}, headers=allowed, timeout=300)
+        again = httpx.post(url + "/v1/research", json={"question": "Gaming revenue?", "stream": False},
+                           headers=allowed, timeout=120)
+        after = httpx.get(url + "/health", headers=allowed).json()
+    assert health.status_code == answered.status_code == report.status_code == again.status_code == 200
+    assert report.json()["added"] == [str(tmp_path / "more.md")] and report.json()["chunks_total"] == 2
+    assert len(again.json()["retrieved"]) == 2
+    assert after["chunks"] == 2 and after["status"] == "ready"
+    assert TOKEN not in health.text + answered.text + report.text and TOKEN not in caplog.text
+    shown = invoke("config", "--json").stdout
+    assert TOKEN not in shown and json.loads(shown)["serve"]["token"]  # `dspy-rag config` masks it
+
+
+def test_ingest_is_off_unless_the_configuration_allows_it(served: str, folder: Path) -> None:
+    error = assert_refused(httpx.post(served + "/v1/ingest", json={"inputs": [str(folder / "facts.md")]}), 403)
+    assert "serve.ingest: true" in error
+
+
+NUMBERS = st.integers() | st.floats(allow_nan=False, allow_infinity=False)  # what JSON can carry
+JSON = st.recursive(st.none() | st.booleans() | NUMBERS | st.text(max_size=20),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner,
+                                                                                max_size=4), max_leaves=10)
+NOT_TEXT = st.none() | st.booleans() | NUMBERS | st.lists(st.text(), max_size=3)
+# A research body that is wrong somewhere: a question that is not text, a field of the wrong type or unknown.
+WRONG_RESEARCH = st.one_of(
+    st.fixed_dictionaries({"question": NOT_TEXT}, optional={"pipeline": JSON, "budgets": JSON}),
+    st.fixed_dictionaries({"question": st.text(min_size=1, max_size=50)}, optional={
+        "pipeline": st.text(max_size=10).filter(lambda p: p not in ("deep", "baseline")) | NOT_TEXT}).filter(
+        lambda body: "pipeline" in body),
+    st.fixed_dictionaries({"question": st.just(QUESTION), "artifact": st.sampled_from(
+        ["../x", "/etc", ".hidden", "a/b", "..", "a" * 200, ""])}),
+    st.fixed_dictionaries({"question": st.just(QUESTION), "budgets": st.fixed_dictionaries(
+        {"max_steps": st.integers(max_value=0) | st.integers(min_value=5) | st.text()})}),
+    st.fixed_dictionaries({"question": st.just(QUESTION), "web": st.text(max_size=20).filter(
+        lambda w: w not in ("off", "tavily"))}),
+    st.dictionaries(st.text(max_size=10).filter(lambda k: k != "question"), JSON, max_size=3),
+    JSON.filter(lambda value: not isinstance(value, dict)),
+    st.just({"question": " \t\x01 "}), st.just({"question": "x" * 3000}),
+)
+TRICKS = st.sampled_from(["../../etc/passwd", "..%2F..%2Fetc%2Fpasswd", "%2e%2e", "/etc/passwd", "..", ".", "%00",
+                          "0" * 31 + "g", "0" * 33, "A" * 32, "x" * 5000, "~root", "\\..\\..\\boot.ini"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=WRONG_RESEARCH, route=st.sampled_from(["/v1/research", "/v1/chat/completions"]))
+def test_a_wrong_body_gets_a_4xx_and_one_line_of_json(served: str, body: Any, route: str) -> None:
+    assert_refused(httpx.post(served + route, json=body, timeout=10))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_bytes_that_are_no_json_object_get_a_4xx(served: str, raw: bytes) -> None:
+    assert_refused(httpx.post(served + "/v1/research", content=raw, headers={"content-type": "application/json"}))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(run_id=TRICKS | st.text(min_size=1, max_size=100))
+def test_path_tricks_in_a_trajectory_id_find_nothing(served: str, run_id: str) -> None:
+    response = httpx.get(f"{served}/v1/trajectories/{quote(run_id, safe='')}")
+    assert response.status_code in (404, 405) and assert_refused(response)
+
+
+def test_json_cut_short_is_a_400_saying_so(served: str) -> None:
+    cut = httpx.post(served + "/v1/research", content=b'{"question": "Rev', headers={"content-type": "application/json"})
+    assert "not valid JSON" in assert_refused(cut, 400)
+
+
+def test_a_huge_body_is_refused_before_it_is_read(served: str) -> None:
+    huge = json.dumps({"question": "x" * 2**20}).encode()
+    assert "serve.max_body_bytes" in assert_refused(httpx.post(served + "/v1/research", content=huge), 413)
+
+    def chunked() -> Iterator[bytes]:  # no Content-Length to go by
+        for _ in range(40):
+            yield b" " * 4096
+
+    assert_refused(httpx.post(served + "/v1/research", content=chunked()), 413)
+
+
+@pytest.mark.slow
+def test_the_real_local_model_researches_the_readme_question_through_the_server(tenk_index: Any) -> None:
+    with serving({"DSPY_RAG_INDEX_PATH": str(tenk_index.root)}) as url:
+        with httpx.stream("POST", url + "/v1/research", timeout=900,
+                          json={"question": "What was NVIDIA's Data Center revenue in fiscal year 2023?"}) as response:
+            events = list(sse(response.iter_lines()))
+    assert events[-1][0] == "answer" and "15.01" in events[-1][1]["answer"]
+    assert {"plan", "step", "decision"} <= {kind for kind, _ in events}
