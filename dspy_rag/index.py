@@ -196,14 +196,16 @@ class Index:
     def sources(self) -> dict[str, dict[str, Any]]:
         return self.catalog.sources()
 
-    def summary(self, report: IngestReport) -> dict[str, Any]:
-        """An ingest's report as `ingest --json` prints it, with the index's size after it."""
+    def summary(self, report: IngestReport, sources: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+        """An ingest's report as `ingest --json` prints it, with the index's size after it (`sources`: the
+        catalog's, when the caller has read them already)."""
+        sources = self.sources if sources is None else sources
         return {
             "index": str(self.root), "added": report.added, "replaced": report.replaced, "unchanged": report.unchanged,
             "skipped": report.skipped, "failed": report.failed, "chunks_written": report.chunks_written,
             "repaired": report.repaired, "chunks_total": self.chunk_count,
             "seconds": round(report.seconds, 2),
-            "sections": {s: meta["sections"] for s, meta in self.sources.items() if s in report.added + report.replaced},
+            "sections": {s: meta["sections"] for s, meta in sources.items() if s in report.added + report.replaced},
         }
 
     # --- backends -----------------------------------------------------------------------------------

@@ -41,7 +41,8 @@ def ingest(
         task = bar.add_task("starting", total=None)
         report = store.ingest(inputs or [], lambda stage, done, total: bar.update(
             task, description=stage, completed=done, total=total or None), repair=repair)
-    summary = store.summary(report)
+    sources = store.sources  # read once: the catalog holds every source, a folder may add thousands
+    summary = store.summary(report, sources)
     if as_json:
         print_json(summary)
     else:
