@@ -155,7 +155,7 @@ class RoleConfig(Section):
     """Which optional roles of the deep program call the LM; one switched off is stood in for by its code fallback."""
 
     distiller: bool = Field(False, description="notes on each step's passages by the LM; off: their first sentences")
-    reflection: bool = Field(True, description="each step's finding by the LM; off: the notes' first sentence")
+    reflection: bool = Field(False, description="each step's finding by the LM; off: the notes' first sentence")
     router: bool = Field(False, description="route the question first: research it, answer it from general "
                          "knowledge, ask for what it leaves out, or say what the documents cover; off: research all")
 

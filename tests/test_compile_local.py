@@ -28,13 +28,13 @@ def test_a_real_compile_writes_an_artifact_that_ask_can_use(tmp_path: Path) -> N
     folder = tmp_path / "artifacts" / "ci"
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["model"] == "local/qwen2.5-coder-0.5b" and manifest["optimizer"] == "bootstrap"
-    assert manifest["lm_calls"] >= 3 * 6 and manifest["tokens"] > 1000  # three runs of at least six calls
+    assert manifest["lm_calls"] >= 3 * 5 and manifest["tokens"] > 1000  # three runs of at least five calls
     state = json.loads((folder / "program.json").read_text())
     # threshold 0 accepts the first train run, so every module that ran carries one bootstrapped demo from it;
-    # the distiller is off by default and never ran
-    ran = ("planner.predict", "researcher.rewriter.predict", "researcher.reflection.predict",
-           "synthesizer.short_answer.predict")
-    assert all(len(state[m]["demos"]) >= 1 for m in ran) and not state["researcher.distiller.predict"]["demos"]
+    # the distiller and the reflection are off by default and never ran
+    ran = ("planner.predict", "researcher.rewriter.predict", "synthesizer.short_answer.predict")
+    assert all(len(state[m]["demos"]) >= 1 for m in ran)
+    assert not state["researcher.distiller.predict"]["demos"] and not state["researcher.reflection.predict"]["demos"]
     trajectories = (folder / "trajectories.jsonl").read_text().splitlines()
     assert len(trajectories) >= 1 and json.loads(trajectories[0])["trajectory"]["calls"]
     ledger = [json.loads(line) for line in (tmp_path / "artifacts" / "ledger.jsonl").read_text().splitlines()]

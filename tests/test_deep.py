@@ -55,7 +55,7 @@ def run(index: Index, replies: list[dict[str, Any]], question: str = QUESTION,
         **options: Any) -> tuple[dspy.Prediction, DummyLM]:
     lm = DummyLM(replies, adapter=dspy.JSONAdapter())
     events: list[tuple[str, str]] = []
-    options.setdefault("roles", RoleConfig(distiller=True))  # the scripted steps hold the distiller's reply
+    options.setdefault("roles", RoleConfig(distiller=True, reflection=True))  # the scripted steps hold their replies
     program = DeepResearch(Retriever(index, top_k=10), on_event=lambda kind, text: events.append((kind, text)),
                            **options)
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
@@ -88,7 +88,7 @@ def test_continue_then_finish_runs_every_module_once_per_step(tenk_index: Index)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("roles, skipped", [(RoleConfig(distiller=False), "distill"),
+@pytest.mark.parametrize("roles, skipped", [(RoleConfig(distiller=False, reflection=True), "distill"),
                                              (RoleConfig(distiller=True, reflection=False), "reflect"),
                                              (RoleConfig(distiller=False, reflection=False), "both")])
 def test_a_role_switched_off_makes_no_call_and_its_code_fallback_stands_in(tenk_index: Index, roles: RoleConfig,
@@ -491,7 +491,7 @@ def test_a_question_not_researched_says_why_in_one_call(tenk_index: Index, route
 @pytest.mark.slow
 def test_a_routed_research_question_runs_the_research_after_one_route_call(tenk_index: Index) -> None:
     replies = [routed("research"), plan("What was Data Center revenue?"), *step(), decide("FINISH"), synthesize()]
-    prediction, lm = run(tenk_index, replies, roles=RoleConfig(distiller=True, router=True))
+    prediction, lm = run(tenk_index, replies, roles=RoleConfig(distiller=True, reflection=True, router=True))
     assert [c.module for c in prediction.trajectory.calls][:2] == ["route", "plan"] and len(lm.history) == 8
     assert prediction.short_answer == "$15.01 billion"
 
@@ -500,7 +500,7 @@ def test_a_routed_research_question_runs_the_research_after_one_route_call(tenk_
 def test_an_unparseable_route_is_researched_and_the_trajectory_says_so(tenk_index: Index) -> None:
     garbled = {"route": "maybe", "reason": "?"}  # no route the signature allows, twice
     replies = [garbled, garbled, plan("What was Data Center revenue?"), *step(), decide("FINISH"), synthesize()]
-    prediction, _ = run(tenk_index, replies, roles=RoleConfig(distiller=True, router=True))
+    prediction, _ = run(tenk_index, replies, roles=RoleConfig(distiller=True, reflection=True, router=True))
     trajectory = prediction.trajectory
     assert trajectory.degraded == ["route"] and trajectory.route == "research"
     assert trajectory.route_reason.startswith("fallback") and prediction.short_answer == "$15.01 billion"
@@ -512,9 +512,9 @@ def test_route_check_researches_a_question_the_router_declines_that_the_document
     replies = [routed("out_of_scope", "not about the documents"), plan("What was Data Center revenue?"), *step(),
                decide("FINISH"), synthesize()]
     question = "What was NVIDIA's Data Center revenue in fiscal year 2023?"
-    on, _ = run(tenk_index, replies, question=question, reranker=reranker, roles=RoleConfig(distiller=True, router=True))
+    on, _ = run(tenk_index, replies, question=question, reranker=reranker, roles=RoleConfig(distiller=True, reflection=True, router=True))
     assert on.trajectory.route == "research" and [g["guard"] for g in on.trajectory.guards] == ["route_check"]
     assert on.short_answer == "$15.01 billion"
     off, lm = run(tenk_index, replies, question=question, reranker=reranker,
-                  roles=RoleConfig(distiller=True, router=True), guards=GuardConfig(route_check=False))
+                  roles=RoleConfig(distiller=True, reflection=True, router=True), guards=GuardConfig(route_check=False))
     assert off.trajectory.route == "out_of_scope" and len(lm.history) == 1 and off.citations == []

@@ -176,15 +176,15 @@ def test_a_guard_that_never_fired_leaves_its_ablation_the_full_programs_run(trai
 
 def test_a_role_ablation_runs_the_program_with_the_role_switched(trainset: Path, tmp_path: Path,
                                                                  scripted: list[DummyLM]) -> None:
-    result = eval_cli(trainset, tmp_path / "out", "--with", "distiller", "--without", "reflection")
+    result = eval_cli(trainset, tmp_path / "out", "--with", "distiller", "--with", "reflection")
     assert result.exit_code == 0, result.output
     kept = [json.loads(line) for line in (tmp_path / "out" / "trajectories.jsonl").read_text().splitlines()]
     modules = {k["pipeline"]: {c["module"] for c in k["trajectory"]["calls"]} for k in kept if k["id"] == "q5"}
-    # the distiller is off by default: its code fallback stands in unless the column turns it on
-    assert "distill" not in modules["deep@qwen2.5-coder-0.5b"] and "reflect" in modules["deep@qwen2.5-coder-0.5b"]
-    assert {"distill", "reflect"} <= modules["deep-with-distiller@qwen2.5-coder-0.5b"]
-    assert "reflect" not in modules["deep-without-reflection@qwen2.5-coder-0.5b"]
+    # both optional roles are off by default: their code fallbacks stand in unless a column turns one on
+    assert not {"distill", "reflect"} & modules["deep@qwen2.5-coder-0.5b"]
+    assert "distill" in modules["deep-with-distiller@qwen2.5-coder-0.5b"]
+    assert "reflect" in modules["deep-with-reflection@qwen2.5-coder-0.5b"]
     refused = eval_cli(trainset, tmp_path / "out2", "--with", "bogus")
     assert refused.exit_code != 0 and "unknown guard or role ['bogus']" in str(refused.exception)
-    refused = eval_cli(trainset, tmp_path / "out2", "--with", "reflection")  # already on: the full program again
-    assert refused.exit_code != 0 and "already has it on" in str(refused.exception)
+    refused = eval_cli(trainset, tmp_path / "out2", "--without", "reflection")  # already off: the full program again
+    assert refused.exit_code != 0 and "already has it off" in str(refused.exception)
