@@ -19,7 +19,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import CallToolResult, Tool
 
-from conftest import CLI, FACTS, REPLIES, FakeLM, free_port, invoke, scratch_config, user_environment
+from conftest import CLI, FACTS, FakeLM, free_port, invoke, scratch_config, user_environment, without_times
 from dspy_rag.config import load_config
 from dspy_rag.index import Index
 from dspy_rag.retrieval import Retriever
@@ -51,10 +51,11 @@ class Session:
 
 
 @contextmanager
-def connected(target: Any) -> Iterator[Session]:
-    """A session on `target`: anything `mcp.Client` takes (a transport, or a server in memory)."""
+def connected(target: Any, timeout: float = 300) -> Iterator[Session]:
+    """A session on `target`: anything `mcp.Client` takes (a transport, or a server in memory); a call may take
+    `timeout` seconds."""
     with start_blocking_portal() as portal, portal.wrap_async_context_manager(
-            Client(target, read_timeout_seconds=300)) as client:
+            Client(target, read_timeout_seconds=timeout)) as client:
         yield Session(portal, client)
 
 
@@ -63,22 +64,6 @@ def environment(folder: Path, lm: FakeLM) -> dict[str, str]:
     reranker: loading one would double the time the module takes, and the tools reach it through `ask`'s code."""
     return {**lm.env, "DSPY_RAG_INDEX_PATH": str(folder / "index"), "DSPY_RAG_RETRIEVAL_RERANKER": "none",
             "DSPY_RAG_ARTIFACTS_PATH": str(folder / "artifacts"), "ACME_API_KEY": SECRET}
-
-
-@pytest.fixture(scope="module")
-def script() -> Iterator[FakeLM]:
-    server = FakeLM(REPLIES)
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A user's folder with the facts ingested: one chunk in one section."""
-    root = tmp_path_factory.mktemp("mcp")
-    (root / "facts.md").write_text(FACTS)
-    Index(scratch_config(root)).ingest([str(root / "facts.md")])
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -112,14 +97,6 @@ def refusal(result: CallToolResult) -> str:
 def choices(schema: dict[str, Any]) -> list[str]:
     """The values a JSON schema's enum allows, also as one branch of an anyOf (an optional value)."""
     return next(branch["enum"] for branch in (schema, *schema.get("anyOf", ())) if "enum" in branch)
-
-
-def without_times(document: Any) -> Any:
-    if isinstance(document, dict):
-        return {k: without_times(v) for k, v in document.items() if k not in ("seconds", "lm_seconds")}
-    if isinstance(document, list):
-        return [without_times(v) for v in document]
-    return document
 
 
 def test_the_research_tool_takes_the_http_servers_research_options(stdio: Session) -> None:
@@ -271,7 +248,7 @@ def test_the_real_local_model_researches_the_readme_question_over_stdio(tenk_ind
     command = StdioServerParameters(command=CLI, args=["mcp", "--index", str(tenk_index.root)],
                                     env=user_environment())
     progress: list[tuple[float, str | None]] = []
-    with connected(command) as call:
+    with connected(command, timeout=900) as call:  # a deep run on the 0.5B: minutes on a busy machine
         answered = call("research", {"question": "What was NVIDIA's Data Center revenue in fiscal year 2023?"},
                         progress)
     assert not answered.is_error, answered
