@@ -40,15 +40,16 @@ TERMINAL_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|
 Say = Callable[..., None]  # a progress line: (message) or (message, kind)
 
 
-def clean_question(question: str) -> str:
-    """The question with terminal escape sequences and control characters removed; refuses empty and oversized
-    questions."""
+def clean_question(question: str, what: str = "question",
+                   example: str = 'ask something, e.g. dspy-rag ask "What are the key risks?"') -> str:
+    """The question (or another `what` a user typed, such as a search query) with terminal escape sequences and
+    control characters removed; refuses an empty one, naming `example`, and an oversized one."""
     text = "".join(ch if ch.isprintable() or ch in "\n\t" else " " for ch in TERMINAL_ESCAPE.sub(" ", question))
     text = " ".join(text.split())
     if not text:
-        raise UserError("the question is empty; ask something, e.g. dspy-rag ask \"What are the key risks?\"")
+        raise UserError(f"the {what} is empty; {example}")
     if len(text) > MAX_QUESTION_CHARS:
-        raise UserError(f"the question is {len(text):,} characters; keep it under {MAX_QUESTION_CHARS:,}")
+        raise UserError(f"the {what} is {len(text):,} characters; keep it under {MAX_QUESTION_CHARS:,}")
     return text
 
 

@@ -216,11 +216,12 @@ def host_problem(host: str) -> str | None:
 
 
 class ServeConfig(Section):
-    """`dspy-rag serve`: where it listens, who may call it and how much it takes on."""
+    """`dspy-rag serve` (and `mcp --http`): where it listens, who may call it and how much it takes on."""
 
     host: Annotated[str, _fails_if(host_problem)] = Field("127.0.0.1", description="the address to listen on; "
                                                           "0.0.0.0 opens it to the network")
     port: int = Field(8765, ge=1, le=65535)
+    mcp_port: int = Field(8766, ge=1, le=65535, description="`dspy-rag mcp --http`'s port")
     token: SecretStr | None = Field(None, description="a bearer token every request must carry; set it through "
                                     "DSPY_RAG_SERVE_TOKEN rather than in the file")
     queue: int = Field(8, ge=0, le=1000, description="requests that may wait for the model; one more gets 503")

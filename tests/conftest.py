@@ -273,6 +273,32 @@ def fake_lm() -> Iterator[FakeLM]:
     server.close()
 
 
+@pytest.fixture(scope="module")
+def script() -> Iterator[FakeLM]:
+    """The scripted LM of `fake_lm` for a whole module: a server started once per module answers with it."""
+    server = FakeLM(REPLIES)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A user's folder with the facts ingested (one chunk, in one section), for a whole module."""
+    root = tmp_path_factory.mktemp("facts")
+    (root / "facts.md").write_text(FACTS)
+    Index(scratch_config(root)).ingest([str(root / "facts.md")])
+    return root
+
+
+def without_times(document: Any) -> Any:
+    """A document with its timings removed: two runs of the same research differ in nothing else."""
+    if isinstance(document, dict):
+        return {k: without_times(v) for k, v in document.items() if k not in ("seconds", "lm_seconds")}
+    if isinstance(document, list):
+        return [without_times(v) for v in document]
+    return document
+
+
 @pytest.fixture()
 def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_lm: FakeLM) -> Path:
     """A user's working folder (the current one) with the facts ingested and the scripted LM configured."""

@@ -23,7 +23,8 @@ WORK = (("dspy_rag.embeddings.SentenceEmbedding.embed", "embedding model"),
         ("dspy_rag.reranker.MiniLMReranker.load", "reranker"),
         ("dspy_rag.optimizers.train_reranker.train_reranker", "reranker training"),
         ("dspy_rag.cli.bench.scaling", "synthetic corpora"),  # patched where the command imports it
-        ("uvicorn.run", "server"))
+        ("uvicorn.run", "server"),
+        ("mcp.server.mcpserver.MCPServer.run", "server"))  # `mcp` over stdio; `mcp --http` meets uvicorn.run
 
 
 class ReachedWork(BaseException):

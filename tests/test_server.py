@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import CALLS_PER_RUN, FACTS, REPLIES, FakeLM, free_port, invoke, scratch_config
+from conftest import CALLS_PER_RUN, FACTS, FakeLM, free_port, invoke, scratch_config, without_times
 from dspy_rag.config import load_config
 from dspy_rag.index import Index
 
@@ -60,22 +60,6 @@ def environment(folder: Path, lm: FakeLM) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def script() -> Iterator[FakeLM]:
-    server = FakeLM(REPLIES)
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A user's folder with the facts ingested: one chunk."""
-    root = tmp_path_factory.mktemp("served")
-    (root / "facts.md").write_text(FACTS)
-    Index(scratch_config(root)).ingest([str(root / "facts.md")])
-    return root
-
-
-@pytest.fixture(scope="module")
 def served(folder: Path, script: FakeLM) -> Iterator[str]:
     """One server for the module's tests: starting one opens the index and the reranker, which takes a while."""
     with serving(environment(folder, script)) as url:
@@ -104,15 +88,6 @@ def sse(lines: Iterator[str]) -> Iterator[Event]:
         elif not line and data:
             yield kind, json.loads("\n".join(data))
             kind, data = "message", []
-
-
-def without_times(document: Any) -> Any:
-    """A document with its timings removed: two runs of the same research differ in nothing else."""
-    if isinstance(document, dict):
-        return {k: without_times(v) for k, v in document.items() if k not in ("seconds", "lm_seconds")}
-    if isinstance(document, list):
-        return [without_times(v) for v in document]
-    return document
 
 
 def assert_refused(response: httpx.Response, status: int | None = None) -> str:

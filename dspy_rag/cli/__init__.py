@@ -12,6 +12,7 @@ from dspy_rag import __version__
 from dspy_rag.cli.bench import bench_app
 from dspy_rag.cli.inspection import history_command, list_models, show_config, trainsets_command
 from dspy_rag.cli.learn import compile_command, distill_policy_command, train_reranker_command
+from dspy_rag.cli.mcp import mcp_command
 from dspy_rag.cli.measure import eval_command
 from dspy_rag.cli.serve import serve
 from dspy_rag.cli.use import ask, ingest
@@ -40,6 +41,7 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_versio
 app.command("ingest", rich_help_panel=USE)(ingest)
 app.command("ask", rich_help_panel=USE)(ask)
 app.command("serve", rich_help_panel=USE)(serve)
+app.command("mcp", rich_help_panel=USE)(mcp_command)
 app.command("compile", rich_help_panel=LEARN)(compile_command)
 app.command("distill-policy", rich_help_panel=LEARN)(distill_policy_command)
 app.command("train-reranker", rich_help_panel=LEARN)(train_reranker_command)

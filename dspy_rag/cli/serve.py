@@ -1,12 +1,13 @@
 """The command that serves the assistant over HTTP (the application is dspy_rag.server)."""
 
 import socket
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from dspy_rag.cli.console import progress
 from dspy_rag.cli.options import ConfigOption, IndexOption, ModelOption, config_of
+from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 
 
@@ -19,6 +20,18 @@ def port_problem(host: str, port: int) -> str | None:
         return f"cannot listen on {host}:{port} ({exc.strerror}); pick another --port or --host"
 
 
+def listen(app: Any, settings: Config, port: int, path: str = "") -> None:
+    """Run `app` on uvicorn at serve.host:port, after one line saying what it serves where (`path`: its route)."""
+    import uvicorn
+
+    host = settings.serve.host
+    if problem := port_problem(host, port):
+        raise UserError(problem)
+    guarded = "with its bearer token" if settings.serve.token else "without a token"
+    progress(f"serving {settings.lm.model} over {settings.index.path} on http://{host}:{port}{path} {guarded}")
+    uvicorn.run(app, host=host, port=port, log_level="info", server_header=False)
+
+
 def serve(
     config: ConfigOption = None,
     index: IndexOption = None,
@@ -27,14 +40,7 @@ def serve(
     port: Annotated[int | None, typer.Option(help="port to listen on (default serve.port: 8765)")] = None,
 ) -> None:
     """Serve the assistant over HTTP: research streamed as server-sent events, OpenAI-compatible chat."""
-    import uvicorn
-
     from dspy_rag.server import create_app
 
     settings = config_of(config, **{"index.path": index, "lm.model": model, "serve.host": host, "serve.port": port})
-    where = settings.serve
-    if problem := port_problem(where.host, where.port):
-        raise UserError(problem)
-    guarded = "with its bearer token" if where.token else "without a token"
-    progress(f"serving {settings.lm.model} over {settings.index.path} on http://{where.host}:{where.port} {guarded}")
-    uvicorn.run(create_app(settings), host=where.host, port=where.port, log_level="info", server_header=False)
+    listen(create_app(settings), settings, settings.serve.port)

@@ -15,10 +15,10 @@ from starlette.exceptions import HTTPException
 
 from dspy_rag.api import clean_question
 from dspy_rag.config import Config
-from dspy_rag.errors import UserError, one_line
+from dspy_rag.errors import UserError
 from dspy_rag.server import chat
-from dspy_rag.server.bodies import ChatBody, IngestBody, ResearchBody
-from dspy_rag.server.gate import Gate
+from dspy_rag.server.bodies import ChatBody, IngestBody, ResearchBody, problem
+from dspy_rag.server.gate import Gate, gate_options
 from dspy_rag.server.line import Line, LineFull
 from dspy_rag.server.runs import Event, Run, Runs, log, reason
 
@@ -59,11 +59,15 @@ class Server:
             log.error("loading failed: %s: %s", type(exc).__name__, reason(exc))
             self.status, self.problem = "unready", f"unexpected {type(exc).__name__}: {reason(exc)}"
 
+    def check(self, body: ResearchBody) -> None:
+        """Refuses the body's question or budgets now, not after a wait in the line (UserError)."""
+        clean_question(body.question)
+        body.settings(self.settings)
+
     def start(self, body: ResearchBody) -> Run:
         if self.runs.lm is None:
             raise NotReady(self.problem or f"{self.settings.lm.model} is still loading; retry in a moment")
-        clean_question(body.question)  # refused now, not after a wait in the line
-        body.settings(self.settings)
+        self.check(body)
         return self.runs.start(body)
 
 
@@ -122,8 +126,7 @@ def create_app(settings: Config, lm: Any = None) -> FastAPI:
 
     # No interactive docs: their page loads its scripts from a CDN, and the server works offline.
     app = FastAPI(title="dspy-rag", lifespan=lifespan, docs_url=None, redoc_url=None, redirect_slashes=False)
-    token = settings.serve.token.get_secret_value() if settings.serve.token else None
-    app.add_middleware(Gate, token=token, max_body_bytes=settings.serve.max_body_bytes)
+    app.add_middleware(Gate, **gate_options(settings.serve))
     app.state.server = server
     errors(app)
 
@@ -214,11 +217,9 @@ def errors(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0]
-        if first["type"] == "json_invalid":
+        if exc.errors()[0]["type"] == "json_invalid":
             return JSONResponse({"error": "the body is not valid JSON; send a JSON object"}, status_code=400)
-        where = ".".join(str(part) for part in first["loc"] if part != "body") or "the body"
-        return JSONResponse({"error": one_line(f"{where}: {first['msg']}")}, status_code=422)
+        return JSONResponse({"error": problem(exc.errors(), "the body")}, status_code=422)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:

@@ -1,15 +1,33 @@
 """The request bodies the server takes: typed, closed to unknown fields and checked before anything runs. A client
-names an artifact and a web provider, never a path on the server."""
+names an artifact and a web provider, never a path on the server. The research options' types are named, so the
+MCP tools (dspy_rag.server.mcp_tools) offer the same ones."""
 
-from typing import Literal
+from collections.abc import Sequence
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import ErrorDetails
 
 from dspy_rag.config import BudgetConfig, Config
-from dspy_rag.errors import UserError
+from dspy_rag.errors import UserError, one_line
 
 # An artifact by name (or auto, none): a folder path from a client would read the server's files.
 ARTIFACT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+Pipeline = Annotated[Literal["deep", "baseline"], Field(
+    description="which program answers: deep (plans and researches step by step) or baseline (one retrieval)")]
+PolicyName = Annotated[Literal["llm", "plan", "learned"], Field(
+    description="deep: who decides to go on or stop (plan: follow the plan; learned: the artifact's classifier)")]
+ArtifactName = Annotated[str, Field(
+    pattern=ARTIFACT_NAME, description="deep: a compiled artifact by name, auto (the model's default) or none")]
+WebProvider = Annotated[Literal["off", "tavily"], Field(
+    description="also search the web with tavily, or not (default: the configured provider)")]
+
+
+def problem(errors: Sequence[ErrorDetails], whole: str) -> str:
+    """The first of a validation's errors as one line, "field: what is wrong" (`whole` when it is no field's)."""
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"] if part != "body") or whole
+    return one_line(f"{where}: {first['msg']}")
 
 
 class Closed(BaseModel):
@@ -37,10 +55,10 @@ class ResearchBody(Closed):
     """POST /v1/research: `ask`'s question and options."""
 
     question: str = Field(min_length=1)
-    pipeline: Literal["deep", "baseline"] = "deep"
-    policy: Literal["llm", "plan", "learned"] = "llm"
-    artifact: str | None = Field(None, pattern=ARTIFACT_NAME)
-    web: Literal["off", "tavily"] | None = None  # None: the configured provider
+    pipeline: Pipeline = "deep"
+    policy: PolicyName = "llm"
+    artifact: ArtifactName | None = None
+    web: WebProvider | None = None  # None: the configured provider
     budgets: Budgets | None = None
     stream: bool = True
 

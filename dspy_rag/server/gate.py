@@ -9,6 +9,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from dspy_rag.config import ServeConfig
 from dspy_rag.errors import one_line, redact
 
 log = logging.getLogger("dspy_rag.server")
@@ -21,6 +22,11 @@ async def refuse(send: Send, status: int, text: str, headers: dict[str, str] | N
            *((k.encode(), v.encode()) for k, v in (headers or {}).items())]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
+
+
+def gate_options(serve: ServeConfig) -> dict[str, Any]:
+    """The gate's options from the configuration: the token (or None) and the body limit."""
+    return {"token": serve.token.get_secret_value() if serve.token else None, "max_body_bytes": serve.max_body_bytes}
 
 
 class TooLarge(Exception):
