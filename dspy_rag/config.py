@@ -158,6 +158,8 @@ class RoleConfig(Section):
     reflection: bool = Field(True, description="each step's finding by the LM; off: the notes' first sentence")
     router: bool = Field(False, description="route the question first: research it, answer it from general "
                          "knowledge, ask for what it leaves out, or say what the documents cover; off: research all")
+    repair: bool = Field(False, description="one LM pass rewriting or dropping the answer's unsupported sentences "
+                         "from the same evidence, kept only when the citation check then flags fewer; off: flagged")
 
 
 class TierRule(Section):

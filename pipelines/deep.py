@@ -48,7 +48,7 @@ class DeepResearch(SharesTools, dspy.Module):
         self.planner = Planner(guards)
         self.researcher = StepResearcher(retriever, reranker, web, top_n, guards, roles)
         self.policy = ResearchPolicy(policy, learned, guards.keep_going)
-        self.synthesizer = Synthesizer(ConflictGuard(tiers or TierConfig(), guards.conflicts))
+        self.synthesizer = Synthesizer(ConflictGuard(tiers or TierConfig(), guards.conflicts), roles.repair)
         self.router = Router(roles.router, guards.route_check)
 
     def forward(self, question: str) -> dspy.Prediction:

@@ -1,5 +1,8 @@
 """The synthesizer role: the short answer from the evidence, led by the evidence sentence that states it, then,
-after several steps, each step's finding cited; its citations checked."""
+after several steps, each step's finding cited; its citations checked, and its unsupported sentences repaired
+when the repair role is on."""
+
+from functools import partial
 
 import dspy
 from dspy.utils.exceptions import ContextWindowExceededError
@@ -8,6 +11,7 @@ from dspy_rag.citations import number_passages, restates, sentences, supports, w
 from dspy_rag.config import TierConfig
 from dspy_rag.pipelines.answer_check import checked_answer
 from dspy_rag.pipelines.conflict_note import ConflictGuard
+from dspy_rag.pipelines.repair import Repair
 from dspy_rag.pipelines.research_run import ResearchRun
 from dspy_rag.pipelines.short_answer import ShortAnswer
 from dspy_rag.pipelines.step_answer import answer_in
@@ -40,10 +44,11 @@ class Synthesizer(dspy.Module):
     """Answers the question from the evidence. The findings stay out of the short answer's prompt: a small
     model's paraphrase that names the wrong figure outvotes the passages."""
 
-    def __init__(self, conflict_guard: ConflictGuard | None = None) -> None:
+    def __init__(self, conflict_guard: ConflictGuard | None = None, repair: bool = False) -> None:
         super().__init__()
         self.short_answer = ShortAnswer()
         self.conflict_guard = conflict_guard or ConflictGuard(TierConfig())
+        self.repair = Repair(repair)
 
     def forward(self, question: str, findings: list[str], evidence: list[Passage], run: ResearchRun,
                 kinds: dict[str, str]) -> dspy.Prediction:
@@ -55,7 +60,8 @@ class Synthesizer(dspy.Module):
         checked = checked_answer(
             question, short, evidence, self.conflict_guard, kinds, record.web != "off", run.guarded,
             # one step's finding says what the lead says, in a small model's words
-            (lambda lead: with_findings(lead, evidence, record)) if len(record.steps) > 1 else lambda lead: lead)
+            (lambda lead: with_findings(lead, evidence, record)) if len(record.steps) > 1 else lambda lead: lead,
+            partial(self.repair, run=run) if self.repair.enabled else None)
         record.answer, record.short_answer = checked.answer, checked.short_answer
         record.citations, record.flagged = [vars(c) for c in checked.citations], checked.flagged
         record.citation_validity, record.conflicts = checked.citation_validity, checked.conflicts
