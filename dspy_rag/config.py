@@ -78,6 +78,9 @@ class LMConfig(Section):
     prompt_cache: bool = Field(True, description="local models: keep each signature's prompt state on disk")
     threads: int | None = Field(None, ge=1, description="local models: CPU threads (default all cores; 1 leaves a "
                                 "core to other work, which llama.cpp's spinning threads otherwise fight)")
+    parallel_steps: int = Field(4, ge=1, le=16, description="served models (lm.api_base or a provider's): plan steps "
+                                "that build on no earlier answer researched at once, at most this many; the "
+                                "embedded local model researches one at a time")
 
 
 class EmbeddingConfig(Section):

@@ -97,6 +97,7 @@ class Trajectory:
     conflicts: list[dict[str, Any]] = field(default_factory=list)  # values the evidence disagrees on, cited
     single_source: dict[str, str] | None = None  # web on: the short answer, when one source alone states it
     repair: RepairRecord | None = None  # roles.repair on and a sentence flagged: what the repair pass did
+    parallel_steps: int = 1  # independent steps researched at once (a served model); 1: one at a time
     seconds: float = 0.0
 
     @property

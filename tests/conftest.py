@@ -223,12 +223,15 @@ class FakeLM(JsonServer):
         time.sleep(self.delay)
         if self.status != 200:
             return self.status, {"error": {"message": self.error, "type": "invalid_request_error"}}
-        prompt = payload["messages"][-1]["content"]
-        reply = next((r for key, r in self.replies.items() if key in prompt), {})
+        reply = self.reply(payload["messages"][-1]["content"])
         message = {"role": "assistant", "content": self.mangle(json.dumps(reply))}
         return 200, {"id": "fake", "object": "chat.completion", "created": 0, "model": payload["model"],
                      "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
                      "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
+
+    def reply(self, prompt: str) -> dict[str, Any]:
+        """The scripted reply to a prompt's last message: the first whose key it contains."""
+        return next((r for key, r in self.replies.items() if key in prompt), {})
 
     def close(self) -> None:
         self.release.set()
