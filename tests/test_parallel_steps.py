@@ -1,7 +1,9 @@
 """Independent plan steps researched at once, against a real OpenAI-compatible server on 127.0.0.1 that answers
 scripted completions and counts the requests it holds at once: the steps overlap, up to the limit, and the
-trajectory says what one step at a time says; the LM-call budget holds across threads."""
+trajectory says what one step at a time says; the LM-call budget holds across threads. Then (slow) against
+llama.cpp's own server, serving the local model."""
 
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from conftest import FakeLM, scratch_config
+from conftest import FakeLM, free_port, running_server, scratch_config
 from dspy_rag.api import Research
 from dspy_rag.config import Config, load_config
+from dspy_rag.evals import bench_parallel_steps
 from dspy_rag.index import Index
+from dspy_rag.models import build_lm, ensure_local_model, lookup
 from dspy_rag.pipelines.step_batch import batch_size
 from dspy_rag.signatures import Step
 
@@ -163,3 +167,26 @@ def test_the_limit_is_checked_where_it_is_set(tmp_path: Path) -> None:
         load_config(overrides={"lm.parallel_steps": 0}, environ={})
     with pytest.raises(UserError, match="DSPY_RAG_LM_PARALLEL_STEPS"):
         load_config(environ={"DSPY_RAG_LM_PARALLEL_STEPS": "many"})
+
+
+@pytest.mark.slow
+def test_steps_at_once_against_llama_cpps_own_server(facts_index: Path) -> None:
+    """llama-cpp-python's server (0.3.36) has no parallel slots: it answers one request at a time behind a lock,
+    so the steps' requests queue there. The run must still be coherent, its steps overlapping in time (each one's
+    wall time spans the others' calls), and its answer the model's. The plan is the benchmark's fixed one."""
+    port = free_port()
+    gguf = ensure_local_model(lookup("local/qwen2.5-coder-0.5b"))
+    base = f"http://127.0.0.1:{port}/v1"
+    with running_server([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "qwen",
+                         "--host", "127.0.0.1", "--port", str(port), "--n_threads", "2", "--n_ctx", "4096"],
+                        f"{base}/models"):
+        config = load_config(overrides={"index.path": facts_index, "lm.model": "openai/qwen", "lm.api_base": base,
+                                        "retrieval.reranker": "none"}, environ={})
+        run = bench_parallel_steps.research_once(config, Index(config), 3, build_lm(config.lm))
+    trajectory = run["trajectory"]
+    assert run["parallel_steps"] == 3 and run["steps"] == 3 and run["stopped_early"] is None
+    assert [s["sub_question"] for s in trajectory["steps"]] == [s.sub_question for s in bench_parallel_steps.STEPS]
+    steps_called = [c["step"] for c in trajectory["calls"] if c["step"] is not None]
+    assert steps_called == sorted(steps_called) and set(steps_called) == {0, 1, 2}
+    assert sum(s["seconds"] for s in trajectory["steps"]) > run["seconds"]  # one at a time, they would fit in it
+    assert run["short_answer"].strip()
