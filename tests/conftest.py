@@ -242,6 +242,29 @@ def scratch_config(root: Path, **overrides: object) -> Config:
     return load_config(overrides={"index.path": root / "index", **overrides}, environ={})
 
 
+def ingested(root: Path, name: str, text: str) -> Path:
+    """A small real index (real Chroma, real embeddings) under `root` of one document, `name` holding `text`: its
+    folder."""
+    (root / name).write_text(text)
+    Index(scratch_config(root)).ingest([str(root / name)])
+    return root / "index"
+
+
+@contextmanager
+def llama_cpp_server() -> Iterator[str]:
+    """llama.cpp's own OpenAI-compatible server (llama-cpp-python's) serving the local 0.5B on a free port, for the
+    duration of a block: its base URL."""
+    from dspy_rag.models import ensure_local_model, lookup
+
+    port = free_port()
+    gguf = ensure_local_model(lookup("local/qwen2.5-coder-0.5b"))
+    base = f"http://127.0.0.1:{port}/v1"
+    with running_server([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "qwen",
+                         "--host", "127.0.0.1", "--port", str(port), "--n_threads", "2", "--n_ctx", "4096"],
+                        f"{base}/models"):
+        yield base
+
+
 @pytest.fixture(scope="session")
 def tenk_index(tmp_path_factory: pytest.TempPathFactory, tenk_filing: Path) -> Index:
     """The real 10-K ingested once per session into real Chroma with real embeddings (a test using it is slow)."""

@@ -3,7 +3,6 @@ scripted completions and counts the requests it holds at once: the steps overlap
 trajectory says what one step at a time says; the LM-call budget holds across threads. Then (slow) against
 llama.cpp's own server, serving the local model."""
 
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from conftest import FakeLM, free_port, running_server, scratch_config
+from conftest import FakeLM, ingested, llama_cpp_server
 from dspy_rag.api import Research
 from dspy_rag.config import Config, load_config
 from dspy_rag.evals import bench_parallel_steps
 from dspy_rag.index import Index
-from dspy_rag.models import build_lm, ensure_local_model, lookup
+from dspy_rag.models import build_lm
 from dspy_rag.pipelines.step_batch import batch_size
 from dspy_rag.signatures import Step
 
@@ -77,10 +76,7 @@ def _offline_model_prices(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def facts_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("facts")
-    (root / "segments.md").write_text(FACTS)
-    Index(scratch_config(root)).ingest([str(root / "segments.md")])
-    return root / "index"
+    return ingested(tmp_path_factory.mktemp("facts"), "segments.md", FACTS)
 
 
 @pytest.fixture()
@@ -174,12 +170,7 @@ def test_steps_at_once_against_llama_cpps_own_server(facts_index: Path) -> None:
     """llama-cpp-python's server (0.3.36) has no parallel slots: it answers one request at a time behind a lock,
     so the steps' requests queue there. The run must still be coherent, its steps overlapping in time (each one's
     wall time spans the others' calls), and its answer the model's. The plan is the benchmark's fixed one."""
-    port = free_port()
-    gguf = ensure_local_model(lookup("local/qwen2.5-coder-0.5b"))
-    base = f"http://127.0.0.1:{port}/v1"
-    with running_server([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "qwen",
-                         "--host", "127.0.0.1", "--port", str(port), "--n_threads", "2", "--n_ctx", "4096"],
-                        f"{base}/models"):
+    with llama_cpp_server() as base:
         config = load_config(overrides={"index.path": facts_index, "lm.model": "openai/qwen", "lm.api_base": base,
                                         "retrieval.reranker": "none"}, environ={})
         run = bench_parallel_steps.research_once(config, Index(config), 3, build_lm(config.lm))
