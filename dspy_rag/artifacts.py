@@ -214,7 +214,7 @@ RENAMES = (
     Rename("decide", "policy.predict"),
 )
 # Predictors the program gained since; an artifact compiled before one loads it uncompiled (its own instruction).
-ADDED = ("router.route", "router.general")
+ADDED = ("router.route", "router.general", "synthesizer.repair.predict")
 
 
 def migrated_predictors(predictors: dict[str, list[str]], expected: dict[str, list[str]]

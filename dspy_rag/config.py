@@ -78,6 +78,9 @@ class LMConfig(Section):
     prompt_cache: bool = Field(True, description="local models: keep each signature's prompt state on disk")
     threads: int | None = Field(None, ge=1, description="local models: CPU threads (default all cores; 1 leaves a "
                                 "core to other work, which llama.cpp's spinning threads otherwise fight)")
+    parallel_steps: int = Field(4, ge=1, le=16, description="served models (lm.api_base or a provider's): plan steps "
+                                "that build on no earlier answer researched at once, at most this many; the "
+                                "embedded local model researches one at a time")
 
 
 class EmbeddingConfig(Section):
@@ -158,6 +161,8 @@ class RoleConfig(Section):
     reflection: bool = Field(False, description="each step's finding by the LM; off: the notes' first sentence")
     router: bool = Field(False, description="route the question first: research it, answer it from general "
                          "knowledge, ask for what it leaves out, or say what the documents cover; off: research all")
+    repair: bool = Field(False, description="one LM pass rewriting or dropping the answer's unsupported sentences "
+                         "from the same evidence, kept only when the citation check then flags fewer; off: flagged")
 
 
 class TierRule(Section):

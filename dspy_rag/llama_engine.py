@@ -21,7 +21,7 @@ MAX_STRING_CHARS = 800
 # Rationale and query fields: a small model otherwise rambles (or copies whole passages) for
 # hundreds of tokens, at ~30 tokens/s.
 FIELD_CHARS = {"reason": 160, "justification": 160, "query": 200, "sub_question": 240, "finding": 400,
-               "keywords": 40, "context": 600}
+               "keywords": 40, "context": 600, "rewrites": 400}
 # The distiller's notes are "at most three short sentences": the 0.5B copied passages into them (240 tokens, the
 # slowest call of a step). A plan holds at most the step budget's four steps, a step at most four keywords: the
 # 0.5B planned the reference question as repeated steps with five keywords each (one a whole section title) and

@@ -70,6 +70,12 @@ LOCAL_MODELS = {
 }
 
 
+def served(model: str) -> bool:
+    """Whether the model answers over the network (a provider's, or an OpenAI-compatible server at lm.api_base),
+    which takes several requests at once; the embedded local model answers one at a time."""
+    return not model.startswith(LOCAL_PREFIX)
+
+
 def cache_dir() -> Path:
     return cache_root() / "models"
 

@@ -189,18 +189,30 @@ def keep_trajectory(path: Path, key: tuple[str, str, str], trajectory: dict[str,
         handle.write(json.dumps({"set": key[0], "pipeline": key[1], "id": key[2], "trajectory": trajectory}) + "\n")
 
 
+def untouched(switch: Switch, trajectory: dict[str, Any]) -> bool:
+    """Whether the switch would have changed nothing of the full program's recorded run: a guard turned off that
+    never fired, or the repair (turned on or off) of an answer with nothing flagged, which it never calls for."""
+    if switch.name in GUARDS and not switch.on:
+        return "guards" in trajectory and not any(fired["guard"] == switch.name for fired in trajectory["guards"])
+    if switch.name == "repair":
+        return trajectory.get("flagged") == [] if switch.on else "repair" in trajectory and trajectory["repair"] is None
+    return False
+
+
+def same_run_because(switch: Switch) -> str:
+    return "the guard never fired" if switch.name in GUARDS else "nothing to repair"
+
+
 def unchanged_by(column: Column, key: tuple[str, str, str], done: dict[tuple[str, str, str], Row],
                  trajectories: dict[tuple[str, str, str], dict[str, Any]]) -> Row | None:
-    """The full program's row of a question on which a guard ablation's guard never fired: turning off a guard
-    that changed nothing changes no call, so its run would be the same run (the programs are greedy; the noise
-    of a run twice is measured beside). None when the guard fired, or the trajectory predates guard records."""
-    if column.switch is None or column.switch.on or column.switch.name not in GUARDS:
+    """The full program's row of a question its ablation's switch leaves untouched (`untouched`): a switch that
+    changes no call makes the same run (the programs are greedy; the noise of a run twice is measured beside).
+    None when it would change the run, or the trajectory predates the records that tell."""
+    if column.switch is None:
         return None
     full = (key[0], replace(column, switch=None).label, key[2])
     trajectory = trajectories.get(full)
-    if full not in done or trajectory is None or "guards" not in trajectory:
-        return None
-    if any(fired["guard"] == column.switch.name for fired in trajectory["guards"]):
+    if full not in done or trajectory is None or not untouched(column.switch, trajectory):
         return None
     return replace(done[full], pipeline=column.label, same_as=full[1])
 
@@ -238,7 +250,8 @@ def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache:
                 fresh.add(column)
             row = done[key]
             failed = f" (failed: {row.failed})" if row.failed else ""
-            same = f" (the same run as {row.same_as}: the guard never fired)" if row.same_as else ""
+            same = (f" (the same run as {row.same_as}: {same_run_because(column.switch)})"
+                    if row.same_as and column.switch else "")
             reporter.line(f"{column.label} {n}/{len(eval_set.questions)} f1 {row.f1:.2f} {row.seconds:.0f} s{failed}{same}")
             rows.setdefault(column, []).append(row)
     return rows, fresh

@@ -1,20 +1,21 @@
 """The single-shot baseline: one retrieval of the question (hybrid, plus the web when on), reranked; one
-short answer; the sentence of the passages that states it, cited.
+short answer; the sentence of the passages that states it, cited, checked as the deep program's answer is
+(pipelines/answer_check.py).
 
-The yardstick for the deep program.
+The yardstick for the deep program: one LM call, so no repair pass (a second call) over what the check flags.
 """
 
 from dataclasses import asdict
 
 import dspy
 
-from dspy_rag.citations import check_citations, number_passages, resolve
+from dspy_rag.citations import number_passages
 from dspy_rag.config import TierConfig
-from dspy_rag.pipelines.conflict_note import ConflictGuard, as_json, document_kinds, with_conflicts
-from dspy_rag.pipelines.corroboration import single_source
+from dspy_rag.pipelines.answer_check import checked_answer
+from dspy_rag.pipelines.conflict_note import ConflictGuard, document_kinds
 from dspy_rag.pipelines.evidence import question_passages
 from dspy_rag.pipelines.lm_calls import Unparseable, predict_parsed
-from dspy_rag.pipelines.short_answer import ShortAnswer, cited_lead
+from dspy_rag.pipelines.short_answer import ShortAnswer
 from dspy_rag.reranker import Reranker
 from dspy_rag.retrieval import Retriever
 from dspy_rag.web import WebSearch
@@ -44,13 +45,10 @@ class BaselineRAG(dspy.Module):
         result, attempts = predict_parsed(self.answer, {"question": question, "passages": number_passages(passages)})
         if result is None:  # one call, no findings: nothing honest to fall back on
             raise Unparseable(f"the answer's output did not parse in {attempts} attempts")
-        short, found, fired = self.conflict_guard(question, result.short_answer, passages,
-                                                  document_kinds(self.retriever.index))
-        guards += [asdict(f) for f in fired]
-        draft = with_conflicts(cited_lead(short, question, passages), found, passages)
-        answer, citations = resolve(draft, passages)
-        flagged = [{"sentence": c.sentence, "reason": c.reason} for c in check_citations(draft, passages) if c.reason]
-        return dspy.Prediction(answer=answer, short_answer=short, draft=draft, citations=citations,
-                               passages=passages, web_error=web_error, flagged=flagged, guards=guards,
-                               conflicts=[as_json(c, passages) for c in found],
-                               single_source=single_source(short, passages) if self.web is not None else None)
+        checked = checked_answer(question, result.short_answer, passages, self.conflict_guard,
+                                 document_kinds(self.retriever.index), self.web is not None,
+                                 lambda fired: guards.append(asdict(fired)))
+        return dspy.Prediction(answer=checked.answer, short_answer=checked.short_answer, draft=checked.draft,
+                               citations=checked.citations, passages=passages, web_error=web_error,
+                               flagged=checked.flagged, guards=guards, conflicts=checked.conflicts,
+                               single_source=checked.single_source)

@@ -3,10 +3,13 @@ finally a short answer from the question's own passages and every step's, and a 
 that states it, its citations checked.
 
 Each role is a module of its own (planner, step researcher, policy, synthesizer) that owns its predictors and
-the guards that check it; `forward` composes them. Budgets (steps, LM calls, wall clock) end the loop early with
-an answer from what was found. A module whose output cannot be parsed after one retry degrades to a safe
-fallback, and the trajectory says so.
+the guards that check it; `forward` composes them. With a served model, the plan's steps that build on no earlier
+answer are researched at once, and the policy decides after each such batch (pipelines/step_batch.py). Budgets
+(steps, LM calls, wall clock) end the loop early with an answer from what was found. A module whose output cannot
+be parsed after one retry degrades to a safe fallback, and the trajectory says so.
 """
+
+from functools import partial
 
 import dspy
 
@@ -20,12 +23,16 @@ from dspy_rag.pipelines.policy import PolicyMode, ResearchPolicy
 from dspy_rag.pipelines.research_run import Events, ResearchRun, SharesTools
 from dspy_rag.pipelines.router import Router, coverage
 from dspy_rag.pipelines.step_answer import answer_in
+from dspy_rag.pipelines.step_batch import batch_size, researched_at_once
 from dspy_rag.pipelines.step_researcher import StepResearcher, sources
 from dspy_rag.pipelines.synthesizer import Synthesizer
-from dspy_rag.pipelines.trajectory import Scored, Trajectory
+from dspy_rag.pipelines.trajectory import Scored, StepRecord, Trajectory
 from dspy_rag.reranker import Reranker
 from dspy_rag.retrieval import Passage, Retriever
+from dspy_rag.signatures import Step
 from dspy_rag.web import WebSearch
+
+BATCHED = "researched at once with the next step; the policy decides after the batch"
 
 
 class DeepResearch(SharesTools, dspy.Module):
@@ -33,7 +40,8 @@ class DeepResearch(SharesTools, dspy.Module):
                  top_n: int = 4, budgets: BudgetConfig | None = None, policy: PolicyMode = "llm",
                  on_event: Events = lambda kind, text: None, learned: LearnedPolicy | None = None,
                  evidence_chars: int = evidence_chars(4096), guards: GuardConfig | None = None,
-                 roles: RoleConfig | None = None, tiers: TierConfig | None = None) -> None:
+                 roles: RoleConfig | None = None, tiers: TierConfig | None = None, parallel_steps: int = 1) -> None:
+        """`parallel_steps`: independent plan steps researched at once (a served model takes them); 1: one by one."""
         super().__init__()
         guards, roles = guards or GuardConfig(), roles or RoleConfig()
         self.retriever = retriever
@@ -43,17 +51,19 @@ class DeepResearch(SharesTools, dspy.Module):
         self.budgets = budgets or BudgetConfig()
         self.on_event = on_event
         self.evidence_chars = evidence_chars
+        self.parallel_steps = parallel_steps
         self.injection_guard = guards.injection
         self.artifact: str | None = None  # the compiled artifact whose prompts and demos it runs, if any
         self.planner = Planner(guards)
         self.researcher = StepResearcher(retriever, reranker, web, top_n, guards, roles)
         self.policy = ResearchPolicy(policy, learned, guards.keep_going)
-        self.synthesizer = Synthesizer(ConflictGuard(tiers or TierConfig(), guards.conflicts))
+        self.synthesizer = Synthesizer(ConflictGuard(tiers or TierConfig(), guards.conflicts), roles.repair)
         self.router = Router(roles.router, guards.route_check)
 
     def forward(self, question: str) -> dspy.Prediction:
         record = Trajectory(question, self.policy.mode, self.reranker.name if self.reranker else "none",
                             self.web.name if self.web else "off")
+        record.parallel_steps = self.parallel_steps
         run = ResearchRun(record, LMCalls(self.budgets, record.calls), self.on_event)
         floor, record.web_error, fired = question_passages(question, self.retriever, self.reranker, self.web,
                                                            self.top_n, self.injection_guard)
@@ -69,18 +79,23 @@ class DeepResearch(SharesTools, dspy.Module):
             plan = self.plan(question, findings, run)
             steps, answers = plan.steps, plan.answers
             while steps:
-                if len(record.steps) >= self.budgets.max_steps:
+                room = self.budgets.max_steps - len(record.steps)
+                if room <= 0:
                     raise BudgetExhausted(f"step budget ({self.budgets.max_steps}) reached, "
                                           f"{len(steps)} planned step(s) not done")
-                planned = steps.pop(0)
-                resolved = planned.resolved(answers)
-                step, top = self.researcher(step=resolved, index=len(record.steps), findings=findings, run=run)
-                if resolved != planned:
-                    run.note(step.notes, f"planned as: {planned.sub_question}")
-                record.steps.append(step)
-                answers.append(answer_in(step.finding, step.sub_question))
-                findings.append(step.finding)
-                read.append(top)
+                batch = steps[: batch_size(steps, min(self.parallel_steps, room))]
+                del steps[: len(batch)]
+                done, stopped = researched_at_once(partial(self.research, batch, answers, findings), len(batch), run)
+                for step, top in done:
+                    record.steps.append(step)
+                    answers.append(answer_in(step.finding, step.sub_question))
+                    findings.append(step.finding)
+                    read.append(top)
+                for step, _ in done[:-1] if stopped is None else done:  # no decision was asked in between
+                    step.decision, step.decision_reason = "CONTINUE", BATCHED
+                if stopped is not None:
+                    raise stopped
+                step = record.steps[-1]
                 step.decision, step.decision_reason = self.policy(question=question, remaining=steps,
                                                                   findings=findings, web_available=self.web is not None,
                                                                   run=run)
@@ -96,6 +111,18 @@ class DeepResearch(SharesTools, dspy.Module):
         return self.synthesizer(question=question, findings=findings,
                                 evidence=final_evidence(floor, read, self.evidence_chars), run=run,
                                 kinds=document_kinds(self.retriever.index))
+
+    def research(self, batch: list[Step], answers: list[str | None], findings: list[str], position: int,
+                 run: ResearchRun) -> tuple[StepRecord, list[Passage]]:
+        """The batch's step at `position`, its references to earlier answers resolved, researched: its record and
+        reranked passages."""
+        planned = batch[position]
+        resolved = planned.resolved(answers)
+        step, top = self.researcher(step=resolved, index=len(run.trajectory.steps) + position, findings=findings,
+                                    run=run)
+        if resolved != planned:
+            run.note(step.notes, f"planned as: {planned.sub_question}")
+        return step, top
 
     def route(self, question: str, floor: list[Passage], run: ResearchRun) -> dspy.Prediction:
         index = self.retriever.index

@@ -1,25 +1,19 @@
 """The synthesizer role: the short answer from the evidence, led by the evidence sentence that states it, then,
-after several steps, each step's finding cited; its citations checked."""
+after several steps, each step's finding cited; its citations checked, and its unsupported sentences repaired
+when the repair role is on."""
+
+from functools import partial
 
 import dspy
 from dspy.utils.exceptions import ContextWindowExceededError
 
-from dspy_rag.citations import (
-    check_citations,
-    citation_validity,
-    number_passages,
-    resolve,
-    restates,
-    sentences,
-    supports,
-    with_marker,
-    word_overlap,
-)
+from dspy_rag.citations import number_passages, restates, sentences, supports, with_marker, word_overlap
 from dspy_rag.config import TierConfig
-from dspy_rag.pipelines.conflict_note import ConflictGuard, as_json, with_conflicts
-from dspy_rag.pipelines.corroboration import single_source
+from dspy_rag.pipelines.answer_check import checked_answer
+from dspy_rag.pipelines.conflict_note import ConflictGuard
+from dspy_rag.pipelines.repair import Repair
 from dspy_rag.pipelines.research_run import ResearchRun
-from dspy_rag.pipelines.short_answer import ShortAnswer, cited_lead
+from dspy_rag.pipelines.short_answer import ShortAnswer
 from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.trajectory import Trajectory
 from dspy_rag.retrieval import Passage
@@ -50,10 +44,11 @@ class Synthesizer(dspy.Module):
     """Answers the question from the evidence. The findings stay out of the short answer's prompt: a small
     model's paraphrase that names the wrong figure outvotes the passages."""
 
-    def __init__(self, conflict_guard: ConflictGuard | None = None) -> None:
+    def __init__(self, conflict_guard: ConflictGuard | None = None, repair: bool = False) -> None:
         super().__init__()
         self.short_answer = ShortAnswer()
         self.conflict_guard = conflict_guard or ConflictGuard(TierConfig())
+        self.repair = Repair(repair)
 
     def forward(self, question: str, findings: list[str], evidence: list[Passage], run: ResearchRun,
                 kinds: dict[str, str]) -> dspy.Prediction:
@@ -62,24 +57,20 @@ class Synthesizer(dspy.Module):
         if not evidence:
             return self.stated(NOTHING_FOUND, "", findings, run)
         short, evidence = self.answer_fitting(question, findings, evidence, run)
-        short, found, fired = self.conflict_guard(question, short, evidence, kinds)
-        for each in fired:
-            run.guarded(each)
-        draft = cited_lead(short, question, evidence)
-        if len(record.steps) > 1:  # one step's finding says what the lead says, in a small model's words
-            draft = with_findings(draft, evidence, record)
-        draft = with_conflicts(draft, found, evidence)
-        record.conflicts = [as_json(c, evidence) for c in found]
-        record.single_source = single_source(short, evidence) if record.web != "off" else None
-        answer, citations = resolve(draft, evidence)
-        checks = check_citations(draft, evidence)
-        record.answer, record.short_answer, record.citations = answer, short, [vars(c) for c in citations]
-        record.flagged = [{"sentence": c.sentence, "reason": c.reason} for c in checks if c.reason]
-        record.citation_validity = citation_validity(checks)
+        checked = checked_answer(
+            question, short, evidence, self.conflict_guard, kinds, record.web != "off", run.guarded,
+            # one step's finding says what the lead says, in a small model's words
+            (lambda lead: with_findings(lead, evidence, record)) if len(record.steps) > 1 else lambda lead: lead,
+            partial(self.repair, run=run) if self.repair.enabled else None)
+        record.answer, record.short_answer = checked.answer, checked.short_answer
+        record.citations, record.flagged = [vars(c) for c in checked.citations], checked.flagged
+        record.citation_validity, record.conflicts = checked.citation_validity, checked.conflicts
+        record.single_source = checked.single_source
         record.seconds = round(run.calls.elapsed, 3)
-        return dspy.Prediction(answer=answer, short_answer=short, draft=draft, citations=citations,
-                               flagged=record.flagged, passages=evidence, findings=findings, trajectory=record,
-                               conflicts=record.conflicts, single_source=record.single_source)
+        return dspy.Prediction(answer=checked.answer, short_answer=checked.short_answer, draft=checked.draft,
+                               citations=checked.citations, flagged=record.flagged, passages=evidence,
+                               findings=findings, trajectory=record, conflicts=record.conflicts,
+                               single_source=record.single_source)
 
     @staticmethod
     def stated(answer: str, short: str, findings: list[str], run: ResearchRun) -> dspy.Prediction:

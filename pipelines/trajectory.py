@@ -62,6 +62,18 @@ class StepRecord:
 
 
 @dataclass
+class RepairRecord:
+    """The repair pass over the answer's unsupported sentences: those flagged, what repair wrote for each (empty:
+    dropped), the sentences the citation check flagged in the repaired answer, whether it was kept, and why."""
+
+    flagged: list[str]
+    rewrites: list[str] = field(default_factory=list)
+    flagged_after: list[str] = field(default_factory=list)
+    kept: bool = False
+    why: str = ""
+
+
+@dataclass
 class Trajectory:
     question: str
     policy: str
@@ -84,6 +96,8 @@ class Trajectory:
     route_reason: str = ""
     conflicts: list[dict[str, Any]] = field(default_factory=list)  # values the evidence disagrees on, cited
     single_source: dict[str, str] | None = None  # web on: the short answer, when one source alone states it
+    repair: RepairRecord | None = None  # roles.repair on and a sentence flagged: what the repair pass did
+    parallel_steps: int = 1  # independent steps researched at once (a served model); 1: one at a time
     seconds: float = 0.0
 
     @property

@@ -223,12 +223,15 @@ class FakeLM(JsonServer):
         time.sleep(self.delay)
         if self.status != 200:
             return self.status, {"error": {"message": self.error, "type": "invalid_request_error"}}
-        prompt = payload["messages"][-1]["content"]
-        reply = next((r for key, r in self.replies.items() if key in prompt), {})
+        reply = self.reply(payload["messages"][-1]["content"])
         message = {"role": "assistant", "content": self.mangle(json.dumps(reply))}
         return 200, {"id": "fake", "object": "chat.completion", "created": 0, "model": payload["model"],
                      "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
                      "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
+
+    def reply(self, prompt: str) -> dict[str, Any]:
+        """The scripted reply to a prompt's last message: the first whose key it contains."""
+        return next((r for key, r in self.replies.items() if key in prompt), {})
 
     def close(self) -> None:
         self.release.set()
@@ -237,6 +240,29 @@ class FakeLM(JsonServer):
 
 def scratch_config(root: Path, **overrides: object) -> Config:
     return load_config(overrides={"index.path": root / "index", **overrides}, environ={})
+
+
+def ingested(root: Path, name: str, text: str) -> Path:
+    """A small real index (real Chroma, real embeddings) under `root` of one document, `name` holding `text`: its
+    folder."""
+    (root / name).write_text(text)
+    Index(scratch_config(root)).ingest([str(root / name)])
+    return root / "index"
+
+
+@contextmanager
+def llama_cpp_server() -> Iterator[str]:
+    """llama.cpp's own OpenAI-compatible server (llama-cpp-python's) serving the local 0.5B on a free port, for the
+    duration of a block: its base URL."""
+    from dspy_rag.models import ensure_local_model, lookup
+
+    port = free_port()
+    gguf = ensure_local_model(lookup("local/qwen2.5-coder-0.5b"))
+    base = f"http://127.0.0.1:{port}/v1"
+    with running_server([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "qwen",
+                         "--host", "127.0.0.1", "--port", str(port), "--n_threads", "2", "--n_ctx", "4096"],
+                        f"{base}/models"):
+        yield base
 
 
 @pytest.fixture(scope="session")

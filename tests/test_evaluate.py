@@ -188,3 +188,27 @@ def test_a_role_ablation_runs_the_program_with_the_role_switched(trainset: Path,
     assert refused.exit_code != 0 and "unknown guard or role ['bogus']" in str(refused.exception)
     refused = eval_cli(trainset, tmp_path / "out2", "--without", "reflection")  # already off: the full program again
     assert refused.exit_code != 0 and "already has it off" in str(refused.exception)
+
+
+def test_a_repair_column_runs_again_only_the_questions_with_something_to_repair(
+        trainset: Path, tmp_path: Path, scripted: list[DummyLM], monkeypatch: pytest.MonkeyPatch) -> None:
+    def repair_calls(out: Path) -> dict[str, list[int]]:
+        """Each column's repair calls per question run (a column whose runs were all the full program's has none)."""
+        calls: dict[str, list[int]] = {}
+        for line in (out / "trajectories.jsonl").read_text().splitlines():
+            kept = json.loads(line)
+            calls.setdefault(kept["pipeline"], []).append([c["module"] for c in kept["trajectory"]["calls"]].count(
+                "repair"))
+        return calls
+
+    result = eval_cli(trainset, tmp_path / "out", "--with", "repair")
+    assert result.exit_code == 0, result.output
+    # every scripted answer is cited where a passage states it: nothing flagged, the full program's run stands
+    assert "nothing to repair" in result.output and set(repair_calls(tmp_path / "out")) == {"deep@qwen2.5-coder-0.5b"}
+    uncited = {"`rewrites`": {"rewrites": [""]}, **REPLIES,
+               "Question:\n": {"short_answer": "forty two flying elephants"}}  # no passage states it: flagged
+    monkeypatch.setattr(models, "build_lm", lambda _config: DummyLM(uncited, adapter=dspy.JSONAdapter()))
+    result = eval_cli(trainset, tmp_path / "out2", "--with", "repair")
+    assert result.exit_code == 0, result.output
+    assert repair_calls(tmp_path / "out2") == {"deep@qwen2.5-coder-0.5b": [0, 0],
+                                               "deep-with-repair@qwen2.5-coder-0.5b": [1, 1]}

@@ -1,26 +1,19 @@
 """The LiteLLM path against a real OpenAI-compatible server: llama.cpp's own, serving the local model."""
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import free_port, run_cli, running_server
-from dspy_rag.models import ensure_local_model, lookup
+from conftest import free_port, llama_cpp_server, run_cli
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    port = free_port()
-    gguf = ensure_local_model(lookup("local/qwen2.5-coder-0.5b"))
-    base = f"http://127.0.0.1:{port}/v1"
-    with running_server([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "qwen",
-                         "--host", "127.0.0.1", "--port", str(port), "--n_threads", "2", "--n_ctx", "4096"],
-                        f"{base}/models"):
+    with llama_cpp_server() as base:
         yield base
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_reliability import reopened, stopped, wait_for
 
-from conftest import FACTS, FakeLM, assert_one_line_error, free_port, invoke, scratch_config, start_cli, tree
+from conftest import FACTS, FakeLM, assert_one_line_error, free_port, ingested, invoke, scratch_config, start_cli, tree
 from dspy_rag.index import Index
 from dspy_rag.retrieval import Retriever
 from dspy_rag.trainsets.registry import load_trainset
@@ -37,10 +37,7 @@ def unchanged_by(folder: Path, command: tuple[str, ...], code: int = 0) -> subpr
 @pytest.fixture(scope="module")
 def index_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small real index (real Chroma, real embeddings), shared by the commands that only read it."""
-    root = tmp_path_factory.mktemp("read-only")
-    (root / "facts.md").write_text(FACTS)
-    Index(scratch_config(root)).ingest([str(root / "facts.md")])
-    return root / "index"
+    return ingested(tmp_path_factory.mktemp("read-only"), "facts.md", FACTS)
 
 
 @pytest.fixture()
