@@ -334,7 +334,7 @@ def test_the_embedded_model_runs_one_at_a_time_whatever_serve_parallel_says() ->
 
 
 def test_waiting_runs_are_told_their_place_in_the_line(served: str, fake_lm: FakeLM) -> None:
-    fake_lm.hold_after = 0  # the first run's second LM call waits until released
+    fake_lm.hold_after = 1  # the first run's second LM call waits until released
     first = httpx.Client(timeout=60).stream("POST", served + "/v1/research", json={"question": QUESTION})
     with first as running:
         running_events = sse(running.iter_lines())
