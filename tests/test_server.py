@@ -504,3 +504,5 @@ def test_the_real_local_model_researches_the_readme_question_through_the_server(
             events = list(sse(response.iter_lines()))
     assert events[-1][0] == "answer" and "15.01" in events[-1][1]["answer"]
     assert {"plan", "step", "decision"} <= {kind for kind, _ in events}
+    kinds = [kind for kind, _ in events]  # the short answer as llama.cpp wrote it, in pieces, after the steps
+    assert kinds.count("token") > 1 and kinds.index("token") > kinds.index("decision")
