@@ -25,6 +25,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dspy_rag.answer_stream import Listener, listened
 from dspy_rag.config import Config, load_config
 from dspy_rag.errors import UserError
 
@@ -123,17 +124,18 @@ class Research:
         """The program's reranker as a user knows it (`reranker_label`)."""
         return reranker_label(self.program.reranker)
 
-    def run(self, question: str, started: float | None = None) -> Answer:
+    def run(self, question: str, started: float | None = None, on_token: Listener | None = None) -> Answer:
         """`ask`'s research of a question: the program's answer with the LM calls, tokens and seconds it took
         (counted from `started`, a `time.perf_counter()`, default now); LM failures a user can act on raise
-        UserError."""
+        UserError. `on_token` hears the short answer as the model writes it, piece by piece (where the model
+        streams; else whole, once written); the answer's checks may still change it."""
         from dspy_rag.models import usage_since
 
         started = time.perf_counter() if started is None else started
         text = clean_question(question)
         history_start = len(self.lm.history)
         with lm_failures(self.config):
-            result = self.ask(text)
+            result = listened(lambda: self.ask(text), on_token)
         return Answer(self, text, result, usage_since(self.lm, history_start), time.perf_counter() - started)
 
     def ask(self, question: str) -> dspy.Prediction:

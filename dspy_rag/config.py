@@ -66,6 +66,9 @@ HttpUrl = Annotated[str, _fails_if(url_problem)]
 Uri = Annotated[str, _fails_if(uri_problem)]
 
 
+LOCAL_PREFIX = "local/"  # a model string naming a packaged model, run in-process by llama.cpp
+
+
 class LMConfig(Section):
     model: str = "local/qwen2.5-coder-0.5b"
     temperature: float = Field(0.0, ge=0.0, le=2.0)
@@ -81,6 +84,11 @@ class LMConfig(Section):
     parallel_steps: int = Field(4, ge=1, le=16, description="served models (lm.api_base or a provider's): plan steps "
                                 "that build on no earlier answer researched at once, at most this many; the "
                                 "embedded local model researches one at a time")
+
+    @property
+    def embedded(self) -> bool:
+        """The model runs in this process (llama.cpp), one call at a time; otherwise a server answers it."""
+        return self.model.startswith(LOCAL_PREFIX)
 
 
 class EmbeddingConfig(Section):
@@ -230,6 +238,8 @@ class ServeConfig(Section):
     token: SecretStr | None = Field(None, description="a bearer token every request must carry; set it through "
                                     "DSPY_RAG_SERVE_TOKEN rather than in the file")
     queue: int = Field(8, ge=0, le=1000, description="requests that may wait for the model; one more gets 503")
+    parallel: int = Field(4, ge=1, le=64, description="runs at once when a server answers the model (lm.api_base or "
+                          "a provider); the embedded model runs one at a time")
     max_body_bytes: int = Field(65536, ge=1024, le=16 * 2**20, description="the largest request body taken")
     ingest: bool = Field(False, description="allow POST /v1/ingest, which reads files and URLs into the index")
     trajectories: int = Field(100, ge=1, le=10000, description="finished runs kept for /v1/trajectories/{id}")

@@ -1,4 +1,4 @@
-"""An in-process llama.cpp engine for `dspy.LM`, with JSON-schema-constrained decoding.
+"""An in-process llama.cpp engine for `dspy.LM`, with JSON-schema-constrained decoding and streamed replies.
 
 Small models rarely emit parseable structured output on their own; constraining the sampler with a
 grammar built from the signature's JSON schema makes every answer parse.
@@ -7,10 +7,22 @@ grammar built from the signature's JSON schema makes every answer parse.
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dspy.lm15 import ContextLengthError, Message, Request, Response, TextPart, Usage, response_to_events
+from dspy.lm15 import (
+    ContextLengthError,
+    Message,
+    Request,
+    Response,
+    StreamDeltaEvent,
+    StreamEndEvent,
+    StreamStartEvent,
+    TextDelta,
+    TextPart,
+    Usage,
+)
 
 from dspy_rag.prompt_cache import PromptCache
 
@@ -98,7 +110,8 @@ class LlamaEngine:
         messages.extend({"role": m.role, "content": m.text or ""} for m in request.messages)
         return messages
 
-    def complete(self, request: Request) -> Response:
+    @staticmethod
+    def _options(request: Request) -> dict[str, Any]:
         config = request.config
         options: dict[str, Any] = {
             "temperature": 0.0 if config.temperature is None else config.temperature,
@@ -113,19 +126,29 @@ class LlamaEngine:
         response_format = _llama_response_format(config.response_format)
         if response_format:
             options["response_format"] = response_format
-        messages = self._messages(request)
+        return options
+
+    @contextmanager
+    def _turn(self, messages: list[dict[str, str]]) -> Iterator[None]:
+        """The model to this call alone, its system message's saved prompt state restored before and saved after,
+        and a prompt over the context window raised as DSPy's error for it."""
         system = messages[0]["content"] if messages[0]["role"] == "system" else ""
         with self._lock:
             if self.prompt_cache:
                 self.prompt_cache.restore(self.llama, system)
             try:
-                output = self.llama.create_chat_completion(messages=messages, **options)
+                yield
             except ValueError as exc:
                 if "context window" in str(exc):
                     raise ContextLengthError(str(exc), provider="local") from exc
                 raise
             if self.prompt_cache:
                 self.prompt_cache.save(self.llama, system)
+
+    def complete(self, request: Request) -> Response:
+        messages = self._messages(request)
+        with self._turn(messages):
+            output = self.llama.create_chat_completion(messages=messages, **self._options(request))
         choice = output["choices"][0]
         usage = output.get("usage", {})
         return Response(
@@ -137,7 +160,27 @@ class LlamaEngine:
         )
 
     def stream(self, request: Request) -> Iterator[Any]:
-        return response_to_events(self.complete(request))
+        """The reply as llama.cpp writes it: a start event, a text delta for each piece, and an end event with the
+        tokens counted as `complete` counts them (llama.cpp's stream reports none)."""
+        messages = self._messages(request)
+        prompt_tokens, finish = 0, None
+        with self._turn(messages):
+            for n, piece in enumerate(self.llama.create_chat_completion(messages=messages, stream=True,
+                                                                        **self._options(request))):
+                if n == 0:
+                    # The whole prompt (a cached prefix too) is evaluated before the first piece is written. A first
+                    # piece held back (a character split across tokens) counts its tokens here, not below.
+                    prompt_tokens = self.llama.n_tokens
+                    yield StreamStartEvent(id=piece.get("id"), model=piece.get("model") or "local")
+                choice = piece["choices"][0]
+                if text := choice["delta"].get("content"):
+                    yield StreamDeltaEvent(delta=TextDelta(text=text, part_index=0))
+                finish = choice.get("finish_reason") or finish
+            evaluated = self.llama.n_tokens
+        # Each token written is evaluated before the next is sampled, except the last when max_tokens cut the reply.
+        cut = finish == "length"
+        yield StreamEndEvent(finish_reason="length" if cut else "stop",
+                             usage=Usage(input_tokens=prompt_tokens, output_tokens=evaluated - prompt_tokens + cut))
 
     def close(self) -> None:
         self.llama.close()

@@ -14,11 +14,9 @@ from pathlib import Path
 
 import dspy
 
-from dspy_rag.config import LMConfig
+from dspy_rag.config import LOCAL_PREFIX, LMConfig
 from dspy_rag.errors import UserError
 from dspy_rag.files import cache_root, write_atomic
-
-LOCAL_PREFIX = "local/"
 
 
 @dataclass(frozen=True)
@@ -166,7 +164,7 @@ def usage_since(lm: dspy.LM, start: int) -> dict[str, int]:
 
 def build_lm(config: LMConfig) -> dspy.LM:
     """A `dspy.LM` for the configured model: in-process llama.cpp for local/..., LiteLLM otherwise."""
-    if config.model.startswith(LOCAL_PREFIX):
+    if config.embedded:
         from dspy_rag.llama_engine import LlamaEngine
         from dspy_rag.prompt_cache import PromptCache
 

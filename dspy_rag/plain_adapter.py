@@ -14,6 +14,23 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 _ANSWER_LABEL = re.compile(r"^(?:\*\*)?(?:short answer|answer)\s*:\s*(?:\*\*)?\s*", re.IGNORECASE)
+_LABELS = ("answer:", "short answer:")
+
+
+def answer_line(reply: str) -> str:
+    """A plain reply's answer: its first non-empty line, without an "Answer:" label."""
+    line = next((line.strip() for line in reply.splitlines() if line.strip()), "")
+    return _ANSWER_LABEL.sub("", line).strip()
+
+
+def answer_so_far(reply: str) -> str:
+    """The answer line of a reply still being written, as far as it goes: empty while the reply may still turn out
+    a JSON object (read whole, when done) or its first line an "Answer:" label."""
+    text = reply.lstrip()
+    opening = text.split("\n", 1)[0].strip().strip("*").lower()
+    if text.startswith("{") or any(label.startswith(opening) for label in _LABELS):
+        return ""
+    return answer_line(text)
 
 
 def _label(name: str) -> str:
@@ -74,8 +91,7 @@ class PlainAdapter(dspy.Adapter):
                                         message=f"the reply opens a JSON object that does not parse ({exc.msg})") from exc
             if isinstance(value, dict) and isinstance(value.get(name), str):
                 text = value[name].strip()
-        line = next((line.strip() for line in text.splitlines() if line.strip()), "")
-        line = _ANSWER_LABEL.sub("", line).strip()
+        line = answer_line(text)
         if not line:
             raise AdapterParseError(adapter_name="PlainAdapter", signature=signature, lm_response=completion,
                                     message="the reply is empty")

@@ -9,8 +9,9 @@ from typing import Any
 
 import dspy
 
+from dspy_rag import answer_stream
 from dspy_rag.citations import answer_overlap, sentences, with_marker, word_overlap
-from dspy_rag.plain_adapter import PlainAdapter
+from dspy_rag.plain_adapter import PlainAdapter, answer_so_far
 from dspy_rag.retrieval import Passage
 from dspy_rag.signatures import AnswerBriefly
 
@@ -31,6 +32,12 @@ def whole_words(text: str, cut: bool) -> str:
     return " ".join(words).rstrip(",;:")
 
 
+def settled(reply: str) -> str:
+    """The start of the short answer that a reply still being written gives whatever follows: its answer line so
+    far to its last whole word, no dangling joiner (the next words may still be cut by the token cap)."""
+    return whole_words(answer_so_far(reply), cut=True)
+
+
 def stating_sentence(short_answer: str, question: str, passages: Sequence[Passage]) -> tuple[int, str] | None:
     """The passage number and sentence that state the short answer: the sentence holding most of its words,
     ties going to the one sharing most words with the question, then to the earlier passage."""
@@ -49,13 +56,18 @@ class ShortAnswer(dspy.Module):
         self.predict = dspy.Predict(AnswerBriefly)
 
     def forward(self, question: str, passages: list[str], config: dict[str, Any] | None = None) -> dspy.Prediction:
+        """The short answer; a run that listens hears it as the model writes it (`answer_stream`)."""
         lm = dspy.settings.lm
-        with dspy.context(adapter=PlainAdapter()):
+        draft = answer_stream.draft(settle=settled)
+        with dspy.context(adapter=PlainAdapter(), **answer_stream.streaming(draft)):
             result = self.predict(question=question, passages=passages,
                                   config={"max_tokens": MAX_TOKENS, **(config or {})})
         response = lm.history[-1].get("response") if lm.history else None
         cut = getattr(response, "finish_reason", None) == "length"
-        return dspy.Prediction(short_answer=whole_words(result.short_answer, cut))
+        short = whole_words(result.short_answer, cut)
+        if draft is not None:
+            draft.finished(short)
+        return dspy.Prediction(short_answer=short)
 
 
 def cited_lead(short_answer: str, question: str, passages: Sequence[Passage]) -> str:

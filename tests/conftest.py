@@ -8,6 +8,7 @@ $CI set), so CI cannot pass by skipping them."""
 import io
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -162,9 +163,13 @@ def running_server(command: list[str], ready_url: str, timeout: float = 60.0) ->
         process.wait(timeout=30)
 
 
+class EventStream(list[Any]):
+    """A body sent as server-sent events: a `data:` line of JSON for each item, then `data: [DONE]`."""
+
+
 class JsonServer:
     """A JSON-over-HTTP service on 127.0.0.1: each POST's payload goes to `answer`, whose (status, body) is sent
-    back; every request's headers and payload are kept in `requests`."""
+    back (as server-sent events for an EventStream); every request's headers and payload are kept in `requests`."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[dict[str, str], dict[str, Any]]] = []
@@ -175,10 +180,12 @@ class JsonServer:
                 payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.requests.append((dict(self.headers), payload))
                 status, body = fake.answer(payload)
-                data = json.dumps(body).encode()
+                streamed = isinstance(body, EventStream)
+                events = [f"data: {json.dumps(item)}\n\n" for item in body] + ["data: [DONE]\n\n"] if streamed else []
+                data = "".join(events).encode() if streamed else json.dumps(body).encode()
                 try:
                     self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", "text/event-stream" if streamed else "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)
@@ -199,13 +206,19 @@ class JsonServer:
         self.server.shutdown()
 
 
+USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}  # each scripted reply's
+
+
 class FakeLM(JsonServer):
     """An OpenAI-compatible chat endpoint that answers like a scripted DummyLM: the reply whose key the prompt's
-    last message contains. A test sets the faults: `status` (and `error`, the provider's message), `mangle`
-    (what becomes of the reply text), `delay`, or `hold_after` (later requests wait until `release` is set)."""
+    last message contains, whole or, asked to stream, word by word. `plain_answer` is the short answer in plain
+    text, as a served model writes it (None: as JSON, like the other replies). A test sets the faults: `status`
+    (and `error`, the provider's message), `mangle` (what becomes of the reply text), `delay`, or `hold_after`
+    (later requests wait until `release` is set)."""
 
-    def __init__(self, replies: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, replies: dict[str, dict[str, Any]], plain_answer: str | None = None) -> None:
         self.replies = replies
+        self.plain_answer = plain_answer
         self.status, self.error, self.delay = 200, "scripted failure", 0.0
         self.mangle: Callable[[str], str] = lambda text: text
         self.hold_after: int | None = None
@@ -223,19 +236,45 @@ class FakeLM(JsonServer):
         time.sleep(self.delay)
         if self.status != 200:
             return self.status, {"error": {"message": self.error, "type": "invalid_request_error"}}
-        reply = self.reply(payload["messages"][-1]["content"])
-        message = {"role": "assistant", "content": self.mangle(json.dumps(reply))}
+        text = self.mangle(self.reply(payload))
+        if payload.get("stream"):
+            return 200, EventStream(self.chunks(payload, text))
+        message = {"role": "assistant", "content": text}
         return 200, {"id": "fake", "object": "chat.completion", "created": 0, "model": payload["model"],
-                     "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                     "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
+                     "choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": USAGE}
 
-    def reply(self, prompt: str) -> dict[str, Any]:
-        """The scripted reply to a prompt's last message: the first whose key it contains."""
-        return next((r for key, r in self.replies.items() if key in prompt), {})
+    @staticmethod
+    def chunks(payload: dict[str, Any], text: str) -> list[dict[str, Any]]:
+        """A streamed reply: a chunk for each word (with the spaces after it), the finish, and the usage when the
+        client asks for it."""
+        def chunk(delta: dict[str, str], finish: str | None = None) -> dict[str, Any]:
+            return {"id": "fake", "object": "chat.completion.chunk", "created": 0, "model": payload["model"],
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        chunks = [chunk({"content": word}) for word in re.findall(r"\s*\S+\s*", text)] + [chunk({}, "stop")]
+        if (payload.get("stream_options") or {}).get("include_usage"):
+            chunks.append({**chunk({}), "choices": [], "usage": USAGE})
+        return chunks
+
+    def reply(self, payload: dict[str, Any]) -> str:
+        """The reply's text: the scripted reply whose key the last message contains, as JSON."""
+        prompt = payload["messages"][-1]["content"]
+        if self.plain_answer is not None and SHORT_ANSWER_PROMPT in prompt:
+            return self.plain_answer
+        return json.dumps(next((r for key, r in self.replies.items() if key in prompt), {}))
 
     def close(self) -> None:
         self.release.set()
         super().close()
+
+
+def without_times(document: Any) -> Any:
+    """A document with its timings removed: two runs of the same research differ in nothing else."""
+    if isinstance(document, dict):
+        return {k: without_times(v) for k, v in document.items() if k not in ("seconds", "lm_seconds")}
+    if isinstance(document, list):
+        return [without_times(v) for v in document]
+    return document
 
 
 def scratch_config(root: Path, **overrides: object) -> Config:
@@ -273,6 +312,7 @@ def tenk_index(tmp_path_factory: pytest.TempPathFactory, tenk_filing: Path) -> I
     return index
 
 
+SHORT_ANSWER_PROMPT = "Question:\n"  # in the short answer's prompt alone
 FACTS = ("NVIDIA's Data Center revenue for fiscal year 2023 was $15.01 billion, up 41% from a year ago.\n\n"
          "Gaming revenue for fiscal year 2023 was $9.07 billion, down 27% from a year ago.\n")
 # A scripted LM's replies for the deep program, chosen by the output fields each prompt asks for: every run
@@ -286,7 +326,7 @@ REPLIES: dict[str, dict[str, Any]] = {
     "`finding`": {"finding": "Data Center revenue was $15.01 billion."},
     "`decision`": {"decision": "FINISH", "reason": "answered"},
     # The short answer's plain prompt ends with the question; the JSON ones name their fields.
-    "Question:\n": {"short_answer": "$15.01 billion"},
+    SHORT_ANSWER_PROMPT: {"short_answer": "$15.01 billion"},
 }
 CALLS_PER_RUN = len([k for k in REPLIES if k != "`context`"])  # the distiller is off by default: no notes call
 
@@ -301,8 +341,9 @@ def fake_lm() -> Iterator[FakeLM]:
 
 @pytest.fixture(scope="module")
 def script() -> Iterator[FakeLM]:
-    """The scripted LM of `fake_lm` for a whole module: a server started once per module answers with it."""
-    server = FakeLM(REPLIES)
+    """The scripted LM of `fake_lm` for a whole module (a server started once per module answers with it), the
+    short answer written in plain words, word by word when streamed."""
+    server = FakeLM(REPLIES, plain_answer="$15.01 billion")
     yield server
     server.close()
 

@@ -85,12 +85,13 @@ def test_missing_config_path() -> None:
         ("retrieval:\n  top_k: many\n", None, "retrieval.top_k"),
         ("retrieval:\n  top_k: 0\n", None, "retrieval.top_k"),
         ("web:\n  provider: google\n", None, "web.provider"),
+        ("serve:\n  parallel: 0\n", None, "serve.parallel"),
         (None, {"DSPY_RAG_NOSUCH_THING": "1"}, "DSPY_RAG_NOSUCH_THING"),
         (None, {"DSPY_RAG_RETRIEVAL_TOP_K": "many"}, "retrieval.top_k"),
         (None, {"DSPY_RAG_LM_MODLE": "x"}, "lm.modle"),
     ],
     ids=["bad-yaml", "list", "scalar", "unknown-key", "unknown-section", "wrong-type", "out-of-range",
-         "bad-choice", "env-no-section", "env-wrong-type", "env-unknown-key"],
+         "bad-choice", "parallel-below-one", "env-no-section", "env-wrong-type", "env-unknown-key"],
 )
 def test_bad_configuration_is_one_line_user_error(
     yaml_text: str | None, environ: dict[str, str] | None, mentions: str

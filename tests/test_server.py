@@ -4,8 +4,10 @@ client that leaves, the token guard and hostile input."""
 
 import json
 import logging
+import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +19,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import CALLS_PER_RUN, FACTS, FakeLM, free_port, invoke, scratch_config, without_times
+from conftest import (
+    CALLS_PER_RUN,
+    FACTS,
+    REPLIES,
+    SHORT_ANSWER_PROMPT,
+    FakeLM,
+    free_port,
+    invoke,
+    scratch_config,
+    without_times,
+)
 from dspy_rag.config import load_config
 from dspy_rag.index import Index
 
@@ -62,7 +74,7 @@ def environment(folder: Path, lm: FakeLM) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def served(folder: Path, script: FakeLM) -> Iterator[str]:
     """One server for the module's tests: starting one opens the index and the reranker, which takes a while."""
-    with serving(environment(folder, script)) as url:
+    with serving(environment(folder, script), **{"serve.parallel": 1}) as url:  # one run at a time: the line
         yield url
 
 
@@ -113,7 +125,7 @@ def test_health_names_the_model_index_and_reranker(served: str, folder: Path) ->
     assert health["status"] == "ready" and health["problem"] is None
     assert health["model"] == "openai/fake" and health["index"] == str(folder / "index") and health["chunks"] == 1
     assert health["reranker"] == "minilm" and health["artifact"] is None  # no artifact is compiled for openai/fake
-    assert health["queue"] == {"running": 0, "waiting": 0, "room": 8}
+    assert health["queue"] == {"running": 0, "parallel": 1, "waiting": 0, "room": 8}
 
 
 def test_a_streamed_run_shows_asks_steps_in_order_and_ends_with_asks_json(served: str, fake_lm: FakeLM) -> None:
@@ -122,15 +134,20 @@ def test_a_streamed_run_shows_asks_steps_in_order_and_ends_with_asks_json(served
         events = list(sse(response.iter_lines()))
     kinds = [kind for kind, _ in events]
     assert kinds[0] == "run" and kinds[-1] == "answer" and kinds.count("answer") == 1
-    assert [k for k in kinds if k not in ("run", "progress", "answer")] == [
+    assert [k for k in kinds if k not in ("run", "progress", "token", "answer")] == [
         "sources", "plan", "step", "query", "strategy", "sources", "context", "finding", "decision"]
+    # The short answer as the model wrote it, word by word, before the answer that holds it.
+    tokens = [data["text"] for kind, data in events if kind == "token"]
+    assert tokens == ["$15.01", " billion"] and kinds.index("token") > kinds.index("decision")
+    assert "".join(tokens) == events[-1][1]["short_answer"]
+    steps = [(kind, data) for kind, data in events[1:-1] if kind != "token"]
     asked = invoke("ask", "--json", QUESTION)
     assert asked.returncode == 0, asked.stderr
     assert without_times(events[-1][1]) == without_times(json.loads(asked.stdout))
     # The steps read as `ask` shows them, line for line, but for the two lines only the command prints.
     shown = [line for line in invoke("ask", QUESTION).stderr.splitlines()
              if not line.startswith(("› loading ", "› deep research over "))]
-    streamed = "\n".join(f"› {'' if kind == 'progress' else kind + ' '}{data['text']}" for kind, data in events[1:-1])
+    streamed = "\n".join(f"› {'' if kind == 'progress' else kind + ' '}{data['text']}" for kind, data in steps)
     assert shown == streamed.splitlines()
     run_id = events[0][1]["id"]
     trajectory = httpx.get(f"{served}/v1/trajectories/{run_id}").json()
@@ -146,6 +163,7 @@ def test_the_whole_answer_without_a_stream_and_the_baselines_lack_of_a_trajector
     assert document["pipeline"] == "baseline" and document["short_answer"] == "$15.01 billion"
     assert without_times(document) == without_times(json.loads(
         invoke("ask", "--json", "--pipeline", "baseline", QUESTION).stdout))
+    assert not any(payload.get("stream") for _, payload in fake_lm.requests)  # no stream asked, none made
     assert "deep run" in assert_refused(httpx.get(f"{served}/v1/trajectories/{answered.headers['x-run-id']}"), 404)
 
 
@@ -160,7 +178,9 @@ def test_the_openai_client_gets_the_cited_answer_whole_and_streamed(served: str,
     assert text.startswith("**$15.01 billion**") and "Sources:\n- [" in text and "facts.md" in text
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens > 0
     chunks = list(client.chat.completions.create(model="dspy-rag", messages=question, stream=True))
-    assert "".join(c.choices[0].delta.content or "" for c in chunks) == text
+    contents = [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content]
+    assert contents[:2] == ["**$15.01", " billion"]  # the short answer as it was written, then the rest
+    assert "".join(contents) == text
     assert chunks[-1].choices[0].finish_reason == "stop"
     with pytest.raises(openai.NotFoundError, match="use dspy-rag"):
         client.chat.completions.create(model="gpt-4o", messages=question)
@@ -179,7 +199,7 @@ def test_twenty_requests_at_once_are_each_answered_or_turned_away(served: str, f
         thread.start()
     for thread in threads:
         thread.join()
-    assert httpx.get(served + "/health").json()["queue"] == {"running": 0, "waiting": 0, "room": 8}
+    assert httpx.get(served + "/health").json()["queue"] == {"running": 0, "parallel": 1, "waiting": 0, "room": 8}
     answered = {n for n, r in results.items() if r.status_code == 200}
     busy = {n for n, r in results.items() if r.status_code == 503}
     assert answered | busy == set(range(20)) and len(answered) >= 9 and busy  # one running and eight waiting
@@ -191,8 +211,114 @@ def test_twenty_requests_at_once_are_each_answered_or_turned_away(served: str, f
     assert len(fake_lm.requests) == CALLS_PER_RUN * len(answered)  # nothing ran for a request turned away
 
 
+FIGURES = {"Data Center": "$15.01 billion", "Gaming": "$9.07 billion"}  # each segment's revenue in FACTS
+RUN_TAG = re.compile(r"\(run (\d+)\)")
+
+
+def segment(n: int) -> str:
+    return "Gaming" if n % 2 else "Data Center"
+
+
+class ParallelLM(FakeLM):
+    """The scripted LM of the other tests, answering each run's question with its own segment's figure (the run's
+    tag, "(run n)", is in its question and so in every prompt of its research), in plain text as a served model
+    writes a short answer; it counts the calls of each run and the most calls in flight at once."""
+
+    def __init__(self) -> None:
+        super().__init__(REPLIES)
+        self.lock = threading.Lock()
+        self.in_flight = self.peak = 0
+        self.calls: Counter[int] = Counter()
+
+    def answer(self, payload: dict[str, Any]) -> tuple[int, Any]:
+        with self.lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        try:
+            return super().answer(payload)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    def reply(self, payload: dict[str, Any]) -> str:
+        prompt = "\n".join(str(m["content"]) for m in payload["messages"])
+        tags = {int(tag) for tag in RUN_TAG.findall(prompt)}
+        n = tags.pop() if len(tags) == 1 else -1  # -1: a prompt holding no run's tag, or several runs'
+        with self.lock:
+            self.calls[n] += 1
+        asked = payload["messages"][-1]["content"]
+        if "`steps`" in asked:
+            plan = json.loads(super().reply(payload))
+            plan["steps"][0]["sub_question"] = f"{segment(n)} revenue in fiscal 2023? (run {n})"
+            return json.dumps(plan)
+        if "`query`" in asked:  # the strategy's prompt holds the query alone
+            return json.dumps({"query": f"{segment(n)} revenue fiscal 2023 (run {n})"})
+        if SHORT_ANSWER_PROMPT in asked:
+            return FIGURES[segment(n)]
+        return super().reply(payload)
+
+
+def test_runs_over_a_served_model_go_in_parallel_up_to_the_limit_each_with_its_own_answer(folder: Path) -> None:
+    lm = ParallelLM()
+    lm.hold_after = 0  # every call waits until released: the line fills while the first runs are under way
+    results: dict[int, list[Event] | httpx.Response] = {}
+
+    def research(url: str, n: int) -> None:
+        body = {"question": f"What was {segment(n)} revenue in fiscal 2023? (run {n})"}
+        with httpx.stream("POST", url + "/v1/research", json=body, timeout=120) as response:
+            if response.status_code == 200:
+                results[n] = list(sse(response.iter_lines()))
+            else:
+                response.read()
+                results[n] = response
+
+    try:
+        with serving(environment(folder, lm), **{"serve.parallel": 2, "serve.queue": 2}) as url:
+            threads = [threading.Thread(target=research, args=(url, n)) for n in range(6)]
+            for thread in threads:
+                thread.start()
+            deadline = time.monotonic() + 60
+            while not (lm.in_flight == 2 and httpx.get(url + "/health").json()["queue"]["waiting"] == 2
+                       and len(results) == 2):
+                assert time.monotonic() < deadline, "two runs did not start with two waiting and two turned away"
+                time.sleep(0.02)
+            lm.release.set()
+            for thread in threads:
+                thread.join()
+    finally:
+        lm.close()
+    assert lm.peak == 2  # two runs' calls at once, never more than serve.parallel
+    assert -1 not in lm.calls  # every prompt held its own run's question alone
+    busy = {n for n, r in results.items() if isinstance(r, httpx.Response)}
+    assert len(busy) == 2
+    for n in busy:
+        assert results[n].status_code == 503 and results[n].headers["retry-after"] == "30"
+    answered = {n: events for n, events in results.items() if n not in busy}
+    places = sorted(tuple(data["position"] for kind, data in events if kind == "queued") for events in answered.values())
+    # Two ran at once; the others were told their place as it changed (the second may be let in as both runs end).
+    assert places[:3] == [(), (), (1,)] and places[3][0] == 2
+    for n, events in answered.items():
+        kind, document = events[-1]
+        assert kind == "answer" and document["question"].endswith(f"(run {n})")
+        assert document["short_answer"] == FIGURES[segment(n)]  # its own question's answer
+        assert document["lm_calls"] == lm.calls[n] == CALLS_PER_RUN  # its usage counts its own calls alone
+        assert document["trajectory"]["steps"][0]["sub_question"].endswith(f"(run {n})")
+        shown = " ".join(data["text"] for kind, data in events if "text" in data)
+        assert set(RUN_TAG.findall(shown)) == {str(n)}  # its steps, none of another run's
+        tokens = [data["text"] for kind, data in events if kind == "token"]
+        assert len(tokens) == 2 and "".join(tokens) == document["short_answer"]  # its own answer's words
+
+
+def test_the_embedded_model_runs_one_at_a_time_whatever_serve_parallel_says() -> None:
+    from dspy_rag.server.app import Server
+
+    embedded = Server(load_config(overrides={"serve.parallel": 4}, environ={}))
+    served = Server(load_config(overrides={"serve.parallel": 4, "lm.model": "openai/x"}, environ={}))
+    assert (embedded.runs.line.parallel, served.runs.line.parallel) == (1, 4)
+
+
 def test_waiting_runs_are_told_their_place_in_the_line(served: str, fake_lm: FakeLM) -> None:
-    fake_lm.hold_after = 0  # the first run's second LM call waits until released
+    fake_lm.hold_after = 1  # the first run's second LM call waits until released
     first = httpx.Client(timeout=60).stream("POST", served + "/v1/research", json={"question": QUESTION})
     with first as running:
         running_events = sse(running.iter_lines())
@@ -362,3 +488,5 @@ def test_the_real_local_model_researches_the_readme_question_through_the_server(
             events = list(sse(response.iter_lines()))
     assert events[-1][0] == "answer" and "15.01" in events[-1][1]["answer"]
     assert {"plan", "step", "decision"} <= {kind for kind, _ in events}
+    kinds = [kind for kind, _ in events]  # the short answer as llama.cpp wrote it, in pieces, after the steps
+    assert kinds.count("token") > 1 and kinds.index("token") > kinds.index("decision")

@@ -18,7 +18,7 @@ from dspy_rag.pipelines.evidence import evidence_chars, final_evidence
 from dspy_rag.pipelines.lm_calls import LMCalls
 from dspy_rag.pipelines.plain import INSTRUCTION, PlainRAG
 from dspy_rag.pipelines.research_run import ResearchRun
-from dspy_rag.pipelines.short_answer import cited_lead, stating_sentence, whole_words
+from dspy_rag.pipelines.short_answer import cited_lead, settled, stating_sentence, whole_words
 from dspy_rag.pipelines.synthesizer import Synthesizer
 from dspy_rag.pipelines.trajectory import Trajectory
 from dspy_rag.plain_adapter import PlainAdapter
@@ -66,6 +66,22 @@ def test_an_empty_reply_does_not_parse_and_a_structured_signature_is_refused() -
 ])
 def test_a_short_answer_cut_by_the_token_cap_ends_on_a_whole_word(reply: str, cut: bool, whole: str) -> None:
     assert whole_words(reply, cut) == whole
+
+
+WORDS = st.sampled_from(["Answer:", "**Answer:**", "Short", "answer", "answer:", "$15.01", "billion,", "up", "41%",
+                         "from", "the", "Italy", "\n", "{"])
+
+
+@given(words=st.lists(WORDS, min_size=1, max_size=8))
+def test_a_reply_being_written_settles_only_on_the_start_of_its_short_answer(words: list[str]) -> None:
+    reply = " ".join(words)
+    try:
+        whole = whole_words(PlainAdapter().parse(AnswerBriefly, reply)["short_answer"], cut=False)
+    except AdapterParseError:  # nothing to stream towards: the call is retried
+        return
+    for end in range(len(reply) + 1):  # what a listener hears stays the start of what the reply gives
+        assert whole.startswith(settled(reply[:end]))
+    assert settled(reply) == whole_words(whole, cut=True)
 
 
 def test_the_lead_is_the_passage_sentence_stating_the_short_answer_cited() -> None:

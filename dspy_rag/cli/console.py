@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console, RenderableType
+from rich.live import Live
 from rich.measure import Measurement
 from rich.progress import (
     BarColumn,
@@ -33,6 +34,26 @@ def styled(*parts: str | tuple[str, str]) -> Text:
 def progress(message: str, kind: str | None = None) -> None:
     """One progress line on stderr: "› message", or "› kind message" with the kind in bold."""
     err.print(styled(("› ", "dim"), *([(kind, "bold"), " "] if kind else []), message))
+
+
+class AnswerDraft:
+    """The short answer on the terminal as the model writes it: one line, which the command's output replaces."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        # Nothing else goes through this display: progress lines stay on stderr.
+        self.live = Live(console=out, transient=True, auto_refresh=False, redirect_stdout=False, redirect_stderr=False)
+
+    def hear(self, piece: str) -> None:
+        self.text += piece
+        self.live.start()
+        self.live.update(styled(("Answer:", "bold"), f" {self.text}"), refresh=True)
+
+    def __enter__(self) -> "AnswerDraft":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.live.stop()
 
 
 def print_whole(table: RenderableType) -> None:

@@ -1,5 +1,6 @@
 """The commands that use the assistant: read documents into the index, ask it a question."""
 
+import threading
 import time
 from pathlib import Path
 from typing import Annotated, Literal
@@ -7,8 +8,8 @@ from typing import Annotated, Literal
 import typer
 
 from dspy_rag import paths
-from dspy_rag.api import Research, clean_question
-from dspy_rag.cli.console import bar_display, err, out, progress, styled
+from dspy_rag.api import Research, Say, clean_question
+from dspy_rag.cli.console import AnswerDraft, bar_display, err, out, progress, styled
 from dspy_rag.cli.options import (
     ArtifactOption,
     ConfigOption,
@@ -65,6 +66,20 @@ def ingest(
         raise typer.Exit(1)
 
 
+class Interruptible:
+    """A research's progress lines, which stop it at its next step once Ctrl-C was pressed: a research that streams
+    its answer runs in a worker thread, which Ctrl-C does not reach."""
+
+    def __init__(self, say: Say) -> None:
+        self.say = say
+        self.stopped = threading.Event()
+
+    def __call__(self, *heard: str | None) -> None:
+        if self.stopped.is_set():
+            raise KeyboardInterrupt
+        self.say(*heard)
+
+
 def ask(
     question: Annotated[str, typer.Argument(help="the question to research")],
     pipeline: Annotated[Literal["deep", "baseline"], typer.Option(help="which program answers")] = "deep",
@@ -89,12 +104,18 @@ def ask(
     if trace is not None:  # checked now: the trajectory is written after the research
         paths.output_file(trace, "--trace")
     settings = config_of(config, **{"index.path": index, "lm.model": model})
-    say = QUIET.say if as_json else progress
+    say = Interruptible(QUIET.say if as_json else progress)
     research = Research.open(settings, pipeline, policy, artifact, web, on_event=say)
     also = f" and web search ({research.web.name})" if research.web else ""
     say(f"{pipeline} research over {research.index.chunk_count} chunks{also}, "
         f"reranked by {research.reranker}")
-    answer = research.run(text, started)
+    drafting = out.is_terminal and not as_json  # a pipe or --json gets the finished output alone
+    try:
+        with AnswerDraft() as draft:
+            answer = research.run(text, started, on_token=draft.hear if drafting else None)
+    except KeyboardInterrupt:
+        say.stopped.set()
+        raise
     result, trajectory, usage = answer.result, answer.trajectory, answer.usage
     if trace is not None and trajectory is not None:
         try:

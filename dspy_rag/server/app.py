@@ -38,7 +38,9 @@ class Server:
         self.status = "loading"
         self.problem: str | None = None
         self.about: dict[str, Any] = {"chunks": None, "artifact": None, "reranker": None}
-        self.runs = Runs(settings, lm, Line(parallel=1, room=settings.serve.queue))
+        # The embedded model computes one call at a time; a served one takes calls from several runs at once.
+        parallel = 1 if settings.lm.embedded else settings.serve.parallel
+        self.runs = Runs(settings, lm, Line(parallel=parallel, room=settings.serve.queue))
 
     async def load(self) -> None:
         """Load the model, then open the default program once: what /health reports, and a check of the index."""
@@ -136,7 +138,8 @@ def create_app(settings: Config, lm: Any = None) -> FastAPI:
         line = server.runs.line
         return {"status": server.status, "model": settings.lm.model, "index": str(settings.index.path),
                 **server.about, "problem": server.problem,
-                "queue": {"running": line.running, "waiting": len(line.waiting), "room": line.room}}
+                "queue": {"running": line.running, "parallel": line.parallel, "waiting": len(line.waiting),
+                          "room": line.room}}
 
     @app.post("/v1/research", response_model=None)
     async def research(body: ResearchBody, request: Request) -> StreamingResponse | JSONResponse:
@@ -153,7 +156,7 @@ def create_app(settings: Config, lm: Any = None) -> FastAPI:
         """OpenAI's chat completions, model `dspy-rag`: the last user message researched by the deep program."""
         if body.model != chat.MODEL:
             raise HTTPException(404, f"model '{body.model}' is not served here; use {chat.MODEL}")
-        run = server.start(ResearchBody(question=body.question()))
+        run = server.start(ResearchBody(question=body.question(), stream=body.stream))
         if body.stream:
             return StreamingResponse(chat_events(run), media_type="text/event-stream",
                                      headers={"cache-control": "no-cache"})
@@ -176,7 +179,7 @@ def create_app(settings: Config, lm: Any = None) -> FastAPI:
             raise HTTPException(403, "ingest is off on this server; start it with serve.ingest: true to allow it")
         store = Index(settings)
         report = await asyncio.to_thread(store.ingest, body.inputs, lambda *_: None)
-        server.runs.opened.clear()  # their indexes are as they were before: the next runs open the new one
+        server.runs.forget()  # their indexes are as they were before: the next runs open the new one
         await server.load()  # what /health reports of the index, and ready now if it had none
         return store.summary(report)
 
@@ -184,8 +187,9 @@ def create_app(settings: Config, lm: Any = None) -> FastAPI:
 
 
 async def events(run: Run) -> AsyncIterator[str]:
-    """The research's server-sent events: `run` (its id), `queued` while it waits, each step as it happens,
-    and `answer` or `error` last. The client leaving ends the stream, which cancels the run."""
+    """The research's server-sent events: `run` (its id), `queued` while it waits, each step as it happens, the
+    short answer's `token`s as the model writes them, and `answer` or `error` last. The client leaving ends the
+    stream, which cancels the run."""
     try:
         yield frame("run", {"id": run.id})
         async for kind, data in run.stream():
@@ -195,13 +199,16 @@ async def events(run: Run) -> AsyncIterator[str]:
 
 
 async def chat_events(run: Run) -> AsyncIterator[str]:
-    """A streamed chat completion: the steps as SSE comments (clients skip them; they keep the stream alive),
-    then the answer as content, then [DONE]."""
+    """A streamed chat completion: the steps as SSE comments (clients skip them; they keep the stream alive), the
+    short answer as content as the model writes it, then the rest of the message, then [DONE]."""
+    message = chat.Streamed()
     try:
         yield f"data: {json.dumps(chat.chunk(run.id, {'role': 'assistant', 'content': ''}))}\n\n"
         async for kind, data in run.stream():
-            if kind == "answer":
-                yield f"data: {json.dumps(chat.chunk(run.id, {'content': chat.message(data)}))}\n\n"
+            if kind == "token":
+                yield f"data: {json.dumps(chat.chunk(run.id, {'content': message.written(data['text'])}))}\n\n"
+            elif kind == "answer":
+                yield f"data: {json.dumps(chat.chunk(run.id, {'content': message.rest(data)}))}\n\n"
                 yield f"data: {json.dumps(chat.chunk(run.id, {}, 'stop'))}\n\n"
             elif kind == "error":
                 yield f"data: {json.dumps({'error': {'message': data['error'], 'code': data['status']}})}\n\n"

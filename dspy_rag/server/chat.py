@@ -21,6 +21,27 @@ def message(document: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+class Streamed:
+    """A message streamed as it is written: the short answer's words as the model writes them, bold as `message`
+    opens, then the rest of the message once the research is done."""
+
+    def __init__(self) -> None:
+        self.sent = ""
+
+    def written(self, text: str) -> str:
+        """The content that sends the next words of the short answer."""
+        piece = text if self.sent else "**" + text
+        self.sent += piece
+        return piece
+
+    def rest(self, document: dict[str, Any]) -> str:
+        """The content that completes the message: what `message` says after what was sent."""
+        whole = message(document)
+        if whole.startswith(self.sent):
+            return whole[len(self.sent):]
+        return "\n\n" + whole  # the checks changed the short answer after it was written: the message in full
+
+
 def completion(run_id: str, document: dict[str, Any]) -> dict[str, Any]:
     """The whole answer as one chat completion, with the run's prompt and completion tokens as its usage."""
     return {

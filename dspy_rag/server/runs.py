@@ -1,25 +1,28 @@
-"""The research runs the server carries out: each waits its turn in the line, runs in the model's worker thread,
-and streams its steps to its client as they happen, ending with the document `ask --json` prints. A client that
-goes away cancels its run at the next step; the finished deep runs' trajectories are kept for a while."""
+"""The research runs the server carries out: each waits its turn in the line, runs in a worker thread (one for the
+embedded model, up to serve.parallel for a served one), and streams its steps to its client as they happen, ending
+with the document `ask --json` prints. A client that goes away cancels its run at the next step; the finished deep
+runs' trajectories are kept for a while."""
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from dspy_rag.api import Research
+from dspy_rag.api import Research, Say
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError, one_line, redact
 from dspy_rag.server.bodies import ResearchBody
 from dspy_rag.server.line import Line, Ticket
 
 log = logging.getLogger("dspy_rag.server")
-Event = tuple[str, Any]  # (kind, data): a research step's kind and text, or queued, answer, error
+Event = tuple[str, Any]  # (kind, data): a research step's kind and text, or queued, token, answer, error
 
 
 class Cancelled(Exception):
@@ -68,20 +71,29 @@ class Runs:
         self.trajectories: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.carried: set[asyncio.Task[None]] = set()  # held so the loop does not drop a running task
         # Opening a program loads its index, reranker and artifact, too slow for every request: each is opened
-        # once and kept. Its steps go to whichever run is under way (one at a time), through `hearing`.
+        # once, kept, and shared by the runs with its options. Its steps go to the run whose thread took them,
+        # through `hearing` (set in each run's thread, and carried into any thread the run starts).
         self.opened: OrderedDict[str, Research] = OrderedDict()
-        self.hearing: Callable[..., None] = lambda *_: None
+        self.opening = threading.Lock()  # the worker threads open and evict programs
+        self.hearing: ContextVar[Say] = ContextVar("hearing", default=lambda *_: None)
 
     def program(self, body: ResearchBody) -> Research:
         """The program for the body's options, opened over the shared model once."""
         key = body.model_dump_json(exclude={"question", "stream"})
-        if key not in self.opened:
-            self.opened[key] = Research.open(body.settings(self.settings), body.pipeline, body.policy, body.artifact,
-                                             body.web, on_event=lambda *heard: self.hearing(*heard), lm=self.lm)
-            while len(self.opened) > OPENED:
-                self.opened.popitem(last=False)
-        self.opened.move_to_end(key)
-        return self.opened[key]
+        with self.opening:
+            if key not in self.opened:
+                self.opened[key] = Research.open(body.settings(self.settings), body.pipeline, body.policy,
+                                                 body.artifact, body.web, lm=self.lm,
+                                                 on_event=lambda *heard: self.hearing.get()(*heard))
+                while len(self.opened) > OPENED:
+                    self.opened.popitem(last=False)
+            self.opened.move_to_end(key)
+            return self.opened[key]
+
+    def forget(self) -> None:
+        """Drop the programs opened: the next runs open them again (over an index that changed)."""
+        with self.opening:
+            self.opened.clear()
 
     def start(self, body: ResearchBody) -> Run:
         """A run in the line for `body` (LineFull when the line has no room)."""
@@ -135,14 +147,20 @@ class Runs:
                 raise Cancelled
             loop.call_soon_threadsafe(run.events.put_nowait, (kind or "progress", {"text": text}))
 
-        # One run at a time owns the model: its history restarts, so DSPy's cap on it never stops the counting.
-        self.lm.history.clear()
-        self.hearing = hear
-        research = self.program(body)
+        def written(text: str) -> None:
+            loop.call_soon_threadsafe(run.events.put_nowait, ("token", {"text": text}))
+
+        heard = self.hearing.set(hear)  # the run's steps, and the notes of opening its program, go to its client
         try:
-            answer = research.run(body.question)
-        except UserError as exc:
-            raise RunFailed(str(exc)) from exc
+            # The run's own copy of the model: its history holds this run's calls alone, which its usage and its
+            # short answer's cut are read from, however many runs share the model.
+            research = dataclasses.replace(self.program(body), lm=self.lm.copy())
+            try:
+                answer = research.run(body.question, on_token=written if body.stream else None)
+            except UserError as exc:
+                raise RunFailed(str(exc)) from exc
+        finally:
+            self.hearing.reset(heard)
         return answer.to_json(), answer.trajectory
 
     def close(self) -> None:
