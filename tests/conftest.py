@@ -357,15 +357,6 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def without_times(document: Any) -> Any:
-    """A document with its timings removed: two runs of the same research differ in nothing else."""
-    if isinstance(document, dict):
-        return {k: without_times(v) for k, v in document.items() if k not in ("seconds", "lm_seconds")}
-    if isinstance(document, list):
-        return [without_times(v) for v in document]
-    return document
-
-
 @pytest.fixture()
 def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_lm: FakeLM) -> Path:
     """A user's working folder (the current one) with the facts ingested and the scripted LM configured."""
