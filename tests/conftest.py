@@ -328,7 +328,8 @@ REPLIES: dict[str, dict[str, Any]] = {
     # The short answer's plain prompt ends with the question; the JSON ones name their fields.
     SHORT_ANSWER_PROMPT: {"short_answer": "$15.01 billion"},
 }
-CALLS_PER_RUN = len([k for k in REPLIES if k != "`context`"])  # the distiller is off by default: no notes call
+# The distiller and the reflection are off by default: no notes or finding call.
+CALLS_PER_RUN = len([k for k in REPLIES if k not in ("`context`", "`finding`")])
 
 
 @pytest.fixture()

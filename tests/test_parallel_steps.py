@@ -3,6 +3,7 @@ scripted completions and counts the requests it holds at once: the steps overlap
 trajectory says what one step at a time says; the LM-call budget holds across threads. Then (slow) against
 llama.cpp's own server, serving the local model."""
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,7 +54,11 @@ class ScriptedLM(FakeLM):
             with self.counting:
                 self.in_flight -= 1
 
-    def reply(self, prompt: str) -> dict[str, Any]:
+    def reply(self, payload: dict[str, Any]) -> str:
+        return json.dumps(self.scripted(payload["messages"][-1]["content"]))
+
+    @staticmethod
+    def scripted(prompt: str) -> dict[str, Any]:
         if "`steps`" in prompt:
             return PLAN
         if "`decision`" in prompt:

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 
 from dspy_rag.api import clean_question
 from dspy_rag.config import Config
-from dspy_rag.errors import UserError
+from dspy_rag.errors import UserError, one_line
 from dspy_rag.server import chat
 from dspy_rag.server.bodies import ChatBody, IngestBody, ResearchBody, problem
 from dspy_rag.server.gate import Gate, gate_options
@@ -232,7 +232,7 @@ def errors(app: FastAPI) -> None:
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         text = exc.detail if exc.status_code != 404 or exc.detail != "Not Found" else (
             f"no route {request.method} {request.url.path}; see /health, /v1/research, /v1/chat/completions")
-        return JSONResponse({"error": text}, status_code=exc.status_code, headers=exc.headers)
+        return JSONResponse({"error": one_line(str(text))}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(UserError)
     async def user_error(_: Request, exc: UserError) -> JSONResponse:
