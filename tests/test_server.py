@@ -7,7 +7,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -16,47 +15,14 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from serving import environment, serving
 
-from conftest import CALLS_PER_RUN, FACTS, REPLIES, FakeLM, free_port, invoke, scratch_config
-from dspy_rag.config import load_config
+from conftest import CALLS_PER_RUN, FACTS, REPLIES, FakeLM, invoke, scratch_config
 from dspy_rag.index import Index
 
 QUESTION = "What was NVIDIA's Data Center revenue in fiscal 2023?"
 TOKEN = "tok-9f2c71e0a4b8d35e"
 Event = tuple[str, Any]
-
-
-@contextmanager
-def serving(environ: dict[str, str], **overrides: object) -> Iterator[str]:
-    """The application on a real uvicorn server on 127.0.0.1, over the configuration `environ` and `overrides` make
-    (as `dspy-rag serve` starts it), until the block ends; yields its URL once /health says ready."""
-    import uvicorn
-
-    from dspy_rag.server import create_app
-
-    port = free_port()
-    app = create_app(load_config(overrides=overrides, environ=environ))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    token = environ.get("DSPY_RAG_SERVE_TOKEN")
-    headers = {"authorization": f"Bearer {token}"} if token else {}
-    deadline = time.monotonic() + 300  # a loaded machine opens the index and reranker slowly
-    try:
-        while not server.started or httpx.get(url + "/health", headers=headers).json()["status"] == "loading":
-            assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-            time.sleep(0.05)
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-
-
-def environment(folder: Path, lm: FakeLM) -> dict[str, str]:
-    """The settings of a user whose index is in `folder` and whose model is the scripted one."""
-    # Absolute: the module's server outlives each test's working folder.
-    return {**lm.env, "DSPY_RAG_INDEX_PATH": str(folder / "index"), "DSPY_RAG_ARTIFACTS_PATH": str(folder / "artifacts")}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,47 @@
+"""`dspy-rag serve` as the tests run it: the application on a real uvicorn server on 127.0.0.1, over a user's
+configuration whose model is the scripted one."""
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from conftest import FakeLM, free_port
+from dspy_rag.config import load_config
+
+
+@contextmanager
+def serving(environ: dict[str, str], **overrides: object) -> Iterator[str]:
+    """The application on a real uvicorn server on 127.0.0.1, over the configuration `environ` and `overrides` make
+    (as `dspy-rag serve` starts it), until the block ends; yields its URL once /health says ready."""
+    import uvicorn
+
+    from dspy_rag.server import create_app
+
+    port = free_port()
+    app = create_app(load_config(overrides=overrides, environ=environ))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    token = environ.get("DSPY_RAG_SERVE_TOKEN")
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    deadline = time.monotonic() + 300  # a loaded machine opens the index and reranker slowly
+    try:
+        while not server.started or httpx.get(url + "/health", headers=headers).json()["status"] == "loading":
+            assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+            time.sleep(0.05)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def environment(folder: Path, lm: FakeLM) -> dict[str, str]:
+    """The settings of a user whose index is in `folder` and whose model is the scripted one."""
+    # Absolute: the module's server outlives each test's working folder.
+    return {**lm.env, "DSPY_RAG_INDEX_PATH": str(folder / "index"), "DSPY_RAG_ARTIFACTS_PATH": str(folder / "artifacts")}
+
