@@ -45,3 +45,14 @@ def environment(folder: Path, lm: FakeLM) -> dict[str, str]:
     # Absolute: the module's server outlives each test's working folder.
     return {**lm.env, "DSPY_RAG_INDEX_PATH": str(folder / "index"), "DSPY_RAG_ARTIFACTS_PATH": str(folder / "artifacts")}
 
+
+def recompiled(artifacts: Path) -> None:
+    """A ledger in `artifacts`: the uncompiled program evaluated, v1 compiled from it and v2 recompiled from v1,
+    three points of one lineage to plot."""
+    from dspy_rag.ledger import LEDGER_FILE, LedgerEntry, append
+
+    for kind, artifact, parent, score, before in [("eval", None, None, 0.40, None), ("compile", "v1", None, 0.50, 0.38),
+                                                  ("compile", "v2", "v1", 0.55, 0.49)]:
+        append(artifacts / LEDGER_FILE, LedgerEntry(kind=kind, artifact=artifact, parent=parent, model="openai/fake",
+                                                    trainset="tiny", trainset_hash="abc", split="dev", metric="f1",
+                                                    score=score, score_before=before, questions=6))
