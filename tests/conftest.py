@@ -53,9 +53,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"{len(skipped)} tests skipped: {MISSING_DATA}", yellow=True)
 
 
+def in_ci() -> bool:
+    """Whether this is a CI run ($CI set), where what a test needs is installed: missing, it is a failure."""
+    return os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
 def data_required(config: pytest.Config) -> bool:
     """Whether missing shared data is a failure: asked for with --require-data, or a CI run (which has the data)."""
-    return config.getoption("require_data") or os.environ.get("CI", "").lower() not in ("", "0", "false")
+    return config.getoption("require_data") or in_ci()
 
 
 @pytest.fixture(scope="session")
@@ -223,12 +228,15 @@ class FakeLM(JsonServer):
         time.sleep(self.delay)
         if self.status != 200:
             return self.status, {"error": {"message": self.error, "type": "invalid_request_error"}}
-        prompt = payload["messages"][-1]["content"]
-        reply = next((r for key, r in self.replies.items() if key in prompt), {})
+        reply = self.reply(payload["messages"][-1]["content"])
         message = {"role": "assistant", "content": self.mangle(json.dumps(reply))}
         return 200, {"id": "fake", "object": "chat.completion", "created": 0, "model": payload["model"],
                      "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
                      "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
+
+    def reply(self, prompt: str) -> dict[str, Any]:
+        """The reply to a prompt whose last message is `prompt`: the first whose key it contains."""
+        return next((r for key, r in self.replies.items() if key in prompt), {})
 
     def close(self) -> None:
         self.release.set()

@@ -3,9 +3,10 @@ configuration whose model is the scripted one."""
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -14,30 +15,38 @@ from dspy_rag.config import load_config
 
 
 @contextmanager
-def serving(environ: dict[str, str], **overrides: object) -> Iterator[str]:
-    """The application on a real uvicorn server on 127.0.0.1, over the configuration `environ` and `overrides` make
-    (as `dspy-rag serve` starts it), until the block ends; yields its URL once /health says ready."""
+def on_uvicorn(app: Any, ready: Callable[[str], bool] = lambda _: True) -> Iterator[str]:
+    """`app` on a real uvicorn server on 127.0.0.1 until the block ends; yields its URL once it listens and
+    `ready(url)` holds."""
     import uvicorn
 
-    from dspy_rag.server import create_app
-
     port = free_port()
-    app = create_app(load_config(overrides=overrides, environ=environ))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
-    token = environ.get("DSPY_RAG_SERVE_TOKEN")
-    headers = {"authorization": f"Bearer {token}"} if token else {}
     deadline = time.monotonic() + 300  # a loaded machine opens the index and reranker slowly
     try:
-        while not server.started or httpx.get(url + "/health", headers=headers).json()["status"] == "loading":
+        while not server.started or not ready(url):
             assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
             time.sleep(0.05)
         yield url
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+@contextmanager
+def serving(environ: dict[str, str], **overrides: object) -> Iterator[str]:
+    """The application on a real uvicorn server, over the configuration `environ` and `overrides` make (as
+    `dspy-rag serve` starts it), until the block ends; yields its URL once /health says ready."""
+    from dspy_rag.server import create_app
+
+    token = environ.get("DSPY_RAG_SERVE_TOKEN")
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    with on_uvicorn(create_app(load_config(overrides=overrides, environ=environ)),
+                    lambda url: httpx.get(url + "/health", headers=headers).json()["status"] != "loading") as url:
+        yield url
 
 
 def environment(folder: Path, lm: FakeLM) -> dict[str, str]:
