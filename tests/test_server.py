@@ -153,10 +153,10 @@ def test_the_page_is_served_with_its_scripts_and_a_policy_that_runs_no_other(ser
     assert page.status_code == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
     assert "script-src 'self'" in page.headers["content-security-policy"]
     linked = re.findall(r'(?:src|href)="([^"]*)"', page.text)
-    assert "/page/research.js" in linked and all(link.startswith(("/", "data:")) for link in linked)  # offline
+    assert "/page/main.js" in linked and all(link.startswith(("/", "data:")) for link in linked)  # offline
     script = httpx.get(served + "/page/research.js")
     assert script.headers["content-type"] == "text/javascript; charset=utf-8" and "/v1/research" in script.text
-    assert 'src="/page/history.js"' in httpx.get(served + "/history").text
+    assert httpx.get(served + "/history").text == page.text  # the same document shows its history view there
     assert_refused(httpx.get(served + "/page/page.py"), 404)  # only the page's own files
 
 

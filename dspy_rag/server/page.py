@@ -11,10 +11,10 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
 FOLDER = Path(__file__).parent / "page"
-PAGES = {"/": "research.html", "/history": "history.html"}
+PAGES = {"/": "index.html", "/history": "index.html"}  # one document, two views: main.js shows the address's
 ASSETS = "/page/"
 TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
-# Scripts and styles from these files only, calls to this server only: an answer's text can never run as code.
+# Scripts and styles from these files only, calls to this server only: text in an answer cannot run as a script.
 HEADERS = {
     "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
                                "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
@@ -34,7 +34,7 @@ def public_paths() -> frozenset[str]:
 
 
 def add_page(app: FastAPI) -> None:
-    """The page's routes: its two pages and, under /page/, its scripts and style."""
+    """The page's routes: its two addresses and, under /page/, its scripts and style."""
     files = shipped()
 
     def page(path: Path) -> Callable[[], Awaitable[Response]]:

@@ -1,4 +1,4 @@
-// The history page: the metric across recompiles, one line per artifact lineage, drawn as an inline SVG from
+// The history view: the metric across recompiles, one line per artifact lineage, drawn as an inline SVG from
 // GET /v1/history (what `dspy-rag history` shows; x 0 is the uncompiled program's score).
 
 import { getJson, tokenField } from "./client.js";
@@ -7,7 +7,7 @@ const SVG = "http://www.w3.org/2000/svg";
 const WIDTH = 720, HEIGHT = 360, LEFT = 56, RIGHT = 170, TOP = 16, BOTTOM = 44;
 const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
 const plot = document.querySelector("#plot");
-const status = document.querySelector("#status");
+const status = document.querySelector("#ledger");
 
 function svg(tag, attributes, text) {
   const node = document.createElementNS(SVG, tag);

@@ -1,4 +1,4 @@
-// The research page: a question asked of POST /v1/research, its steps listed as the server streams them, then
+// The research view: a question asked of POST /v1/research, its steps listed as the server streams them, then
 // the answer (answer.js). A new question ends the run of the last one: closing its stream cancels it.
 
 import { postEvents, tokenField } from "./client.js";
