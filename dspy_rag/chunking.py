@@ -1,9 +1,12 @@
 """Section-aware chunking: chunks never cross a section boundary and keep exact character offsets."""
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 from dspy_rag.documents import Document, Section
+
+CHUNK_ID = re.compile(r"[0-9a-f]{16}-[0-9]{5,}")  # what chunk_document names a chunk: its document's digest, its number
 
 
 @dataclass(frozen=True)

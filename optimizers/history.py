@@ -113,6 +113,12 @@ def cells(row: Row) -> list[str]:
             score_text(row.delta_parent, signed=True), score_text(row.delta_uncompiled, signed=True)]
 
 
+def report(ledger: Path, grouped: dict[str, list[Row]]) -> dict[str, Any]:
+    """`history --json`'s document (the server's too): each lineage's rows and the points its plot draws."""
+    return {"ledger": str(ledger), "lineages": [{"lineage": name, "rows": [row.as_json() for row in rows],
+                                                 "points": compile_points(rows)} for name, rows in grouped.items()]}
+
+
 def plot(grouped: dict[str, list[Row]], path: Path) -> None:
     """The score across recompiles, one line per lineage, written as a PNG in one atomic step."""
     curves = {name: points for name, rows in grouped.items() if (points := compile_points(rows))}

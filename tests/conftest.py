@@ -54,9 +54,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"{len(skipped)} tests skipped: {MISSING_DATA}", yellow=True)
 
 
+def in_ci() -> bool:
+    """Whether this is a CI run ($CI set), where what a test needs is installed: missing, it is a failure."""
+    return os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
 def data_required(config: pytest.Config) -> bool:
     """Whether missing shared data is a failure: asked for with --require-data, or a CI run (which has the data)."""
-    return config.getoption("require_data") or os.environ.get("CI", "").lower() not in ("", "0", "false")
+    return config.getoption("require_data") or in_ci()
 
 
 @pytest.fixture(scope="session")

@@ -165,6 +165,8 @@ def test_the_wheel_holds_dspy_rag_alone_with_only_the_default_artifact_and_the_r
     expected = {str(f.relative_to(artifacts)) for folder in (DEFAULT_ARTIFACT, RERANKER)
                 for f in (artifacts / folder).iterdir()}
     assert shipped == expected | {"__init__.py"}  # not the checkout's other artifacts, not its ledger
+    page = CHECKOUT / "dspy_rag" / "server" / "page"  # the web page `dspy-rag serve` serves
+    assert {f"dspy_rag/server/page/{f.name}" for f in page.iterdir()} <= set(names)
 
 
 @pytest.mark.slow

@@ -9,15 +9,15 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from serving import environment, recompiled, serving
 
 from conftest import (
     CALLS_PER_RUN,
@@ -25,50 +25,15 @@ from conftest import (
     REPLIES,
     SHORT_ANSWER_PROMPT,
     FakeLM,
-    free_port,
     invoke,
     scratch_config,
     without_times,
 )
-from dspy_rag.config import load_config
 from dspy_rag.index import Index
 
 QUESTION = "What was NVIDIA's Data Center revenue in fiscal 2023?"
 TOKEN = "tok-9f2c71e0a4b8d35e"
 Event = tuple[str, Any]
-
-
-@contextmanager
-def serving(environ: dict[str, str], **overrides: object) -> Iterator[str]:
-    """The application on a real uvicorn server on 127.0.0.1, over the configuration `environ` and `overrides` make
-    (as `dspy-rag serve` starts it), until the block ends; yields its URL once /health says ready."""
-    import uvicorn
-
-    from dspy_rag.server import create_app
-
-    port = free_port()
-    app = create_app(load_config(overrides=overrides, environ=environ))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    token = environ.get("DSPY_RAG_SERVE_TOKEN")
-    headers = {"authorization": f"Bearer {token}"} if token else {}
-    deadline = time.monotonic() + 300  # a loaded machine opens the index and reranker slowly
-    try:
-        while not server.started or httpx.get(url + "/health", headers=headers).json()["status"] == "loading":
-            assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-            time.sleep(0.05)
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-
-
-def environment(folder: Path, lm: FakeLM) -> dict[str, str]:
-    """The settings of a user whose index is in `folder` and whose model is the scripted one."""
-    # Absolute: the module's server outlives each test's working folder.
-    return {**lm.env, "DSPY_RAG_INDEX_PATH": str(folder / "index"), "DSPY_RAG_ARTIFACTS_PATH": str(folder / "artifacts")}
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +117,37 @@ def test_a_streamed_run_shows_asks_steps_in_order_and_ends_with_asks_json(served
     run_id = events[0][1]["id"]
     trajectory = httpx.get(f"{served}/v1/trajectories/{run_id}").json()
     assert trajectory == events[-1][1]["trajectory"]
+
+
+def test_a_citation_opens_the_indexed_passage_it_names(served: str, fake_lm: FakeLM, folder: Path) -> None:
+    answered = httpx.post(served + "/v1/research", json={"question": QUESTION, "stream": False}, timeout=60).json()
+    [citation] = answered["citations"]
+    passage = httpx.get(f"{served}/v1/passages/{citation['chunk_id']}").json()
+    [chunk] = Index(scratch_config(folder)).chunks()
+    assert passage == {"id": chunk.id, "source": citation["source"], "section": citation["section"],
+                       "text": chunk.text}
+    assert "15.01" in passage["text"]
+    unknown = "0" * 16 + "-00000"  # the form of an id, of no chunk
+    assert "chunk_id" in assert_refused(httpx.get(f"{served}/v1/passages/{unknown}"), 404)
+
+
+def test_the_history_route_is_history_json(served: str, fake_lm: FakeLM, folder: Path) -> None:
+    recompiled(folder / "artifacts")
+    shown = httpx.get(served + "/v1/history").json()
+    assert shown == json.loads(invoke("history", "--json").stdout)
+    assert [lineage["points"] for lineage in shown["lineages"]] == [[], [[0, 0.40], [1, 0.50], [2, 0.55]]]
+
+
+def test_the_page_is_served_with_its_scripts_and_a_policy_that_runs_no_other(served: str) -> None:
+    page = httpx.get(served + "/")
+    assert page.status_code == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    linked = re.findall(r'(?:src|href)="([^"]*)"', page.text)
+    assert "/page/main.js" in linked and all(link.startswith(("/", "data:")) for link in linked)  # offline
+    script = httpx.get(served + "/page/research.js")
+    assert script.headers["content-type"] == "text/javascript; charset=utf-8" and "/v1/research" in script.text
+    assert httpx.get(served + "/history").text == page.text  # the same document shows its history view there
+    assert_refused(httpx.get(served + "/page/page.py"), 404)  # only the page's own files
 
 
 def test_the_whole_answer_without_a_stream_and_the_baselines_lack_of_a_trajectory(served: str,
@@ -391,12 +387,15 @@ def test_the_token_guards_every_route_and_appears_nowhere(tmp_path: Path, fake_l
     routes = [("GET", "/health", None), ("POST", "/v1/research", {"question": QUESTION, "stream": False}),
               ("POST", "/v1/chat/completions", {"model": "dspy-rag", "messages": [{"role": "user", "content": "Hi"}]}),
               ("GET", "/v1/trajectories/" + "0" * 32, None), ("POST", "/v1/ingest", {"inputs": ["more.md"]}),
-              ("GET", "/nowhere", None), ("GET", "/openapi.json", None)]
+              ("GET", "/v1/passages/" + "0" * 16 + "-00000", None), ("GET", "/v1/history", None),
+              ("POST", "/", None), ("GET", "/nowhere", None), ("GET", "/openapi.json", None)]
     with serving({**environment(tmp_path, fake_lm), "DSPY_RAG_SERVE_TOKEN": TOKEN}, **{"serve.ingest": True}) as url:
         for method, path, body in routes:
             for header in ({}, {"authorization": "Bearer wrong"}, {"authorization": TOKEN}):
                 refused = httpx.request(method, url + path, json=body, headers=header, timeout=60)
                 assert "token" in assert_refused(refused, 401) and refused.headers["www-authenticate"] == "Bearer"
+        # The page's own files, which hold no data, are open: a browser loads them, then sends the token.
+        page = [httpx.get(url + path) for path in ("/", "/history", "/page/client.js")]
         allowed = {"authorization": f"Bearer {TOKEN}"}
         health = httpx.get(url + "/health", headers=allowed)
         answered = httpx.post(url + "/v1/research", json={"question": QUESTION, "stream": False}, headers=allowed,
@@ -407,6 +406,7 @@ def test_the_token_guards_every_route_and_appears_nowhere(tmp_path: Path, fake_l
                            headers=allowed, timeout=120)
         after = httpx.get(url + "/health", headers=allowed).json()
     assert health.status_code == answered.status_code == report.status_code == again.status_code == 200
+    assert [response.status_code for response in page] == [200, 200, 200]
     assert report.json()["added"] == [str(tmp_path / "more.md")] and report.json()["chunks_total"] == 2
     assert len(again.json()["retrieved"]) == 2
     assert after["chunks"] == 2 and after["status"] == "ready"
@@ -442,7 +442,8 @@ WRONG_RESEARCH = st.one_of(
     st.just({"question": " \t\x01 "}), st.just({"question": "x" * 3000}),
 )
 TRICKS = st.sampled_from(["../../etc/passwd", "..%2F..%2Fetc%2Fpasswd", "%2e%2e", "/etc/passwd", "..", ".", "%00",
-                          "0" * 31 + "g", "0" * 33, "A" * 32, "x" * 5000, "~root", "\\..\\..\\boot.ini"])
+                          "0" * 31 + "g", "0" * 33, "A" * 32, "x" * 5000, "~root", "\\..\\..\\boot.ini",
+                          "0" * 16 + "-0000", "0" * 16 + "-00000\n", "0" * 16 + "-00000/../../health", "client.js/.."])
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -457,10 +458,12 @@ def test_bytes_that_are_no_json_object_get_a_4xx(served: str, raw: bytes) -> Non
     assert_refused(httpx.post(served + "/v1/research", content=raw, headers={"content-type": "application/json"}))
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(run_id=TRICKS | st.text(min_size=1, max_size=100))
-def test_path_tricks_in_a_trajectory_id_find_nothing(served: str, run_id: str) -> None:
-    response = httpx.get(f"{served}/v1/trajectories/{quote(run_id, safe='')}")
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=TRICKS | st.text(min_size=1, max_size=100),
+       route=st.sampled_from(["/v1/trajectories/", "/v1/passages/", "/page/"]))
+def test_path_tricks_in_an_id_or_a_file_name_find_nothing(served: str, key: str, route: str) -> None:
+    assume(not (route == "/page/" and key in (".", "..")))  # the client itself resolves /page/.. to the page, /
+    response = httpx.get(f"{served}{route}{quote(key, safe='')}")
     assert response.status_code in (404, 405) and assert_refused(response)
 
 

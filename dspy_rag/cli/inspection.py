@@ -83,15 +83,14 @@ def history_command(
 ) -> None:
     """Every compile and evaluation in the ledger, per artifact lineage, with its gain over parent and uncompiled."""
     from dspy_rag.ledger import ledger_path, read
-    from dspy_rag.optimizers.history import FIGURE_COLUMNS, TEXT_COLUMNS, cells, lineages, plot
+    from dspy_rag.optimizers.history import FIGURE_COLUMNS, TEXT_COLUMNS, cells, lineages, plot, report
 
     path = ledger_path(config_of(config))
     grouped = lineages(read(path))
     if plot_file:
         plot(grouped, plot_file)
     if as_json:
-        print_json({"ledger": str(path), "lineages": [
-            {"lineage": name, "rows": [row.as_json() for row in rows]} for name, rows in grouped.items()]})
+        print_json(report(path, grouped))
         return
     if not grouped:
         out.print(f"the ledger {path} is empty: `dspy-rag compile ...` adds an entry per compile")

@@ -1,5 +1,6 @@
 """The HTTP application: health, research streamed as server-sent events (or answered whole), an
-OpenAI-compatible chat endpoint, finished trajectories, and ingest when the configuration allows it."""
+OpenAI-compatible chat endpoint, finished trajectories, the passages answers cite, the ledger's history, ingest
+when the configuration allows it, and the web page over them."""
 
 import asyncio
 import json
@@ -14,12 +15,17 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from dspy_rag.api import clean_question
+from dspy_rag.catalog import Catalog
+from dspy_rag.chunking import CHUNK_ID, Chunk
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError, one_line
+from dspy_rag.ledger import ledger_path, read
+from dspy_rag.optimizers.history import lineages, report
 from dspy_rag.server import chat
 from dspy_rag.server.bodies import ChatBody, IngestBody, ResearchBody, problem
 from dspy_rag.server.gate import Gate, gate_options
 from dspy_rag.server.line import Line, LineFull
+from dspy_rag.server.page import add_page, public_paths
 from dspy_rag.server.runs import Event, Run, Runs, log, reason
 
 RETRY_SECONDS = 30  # about one deep run on the embedded model: when a full line may have room again
@@ -128,9 +134,10 @@ def create_app(settings: Config, lm: Any = None) -> FastAPI:
 
     # No interactive docs: their page loads its scripts from a CDN, and the server works offline.
     app = FastAPI(title="dspy-rag", lifespan=lifespan, docs_url=None, redoc_url=None, redirect_slashes=False)
-    app.add_middleware(Gate, **gate_options(settings.serve))
+    app.add_middleware(Gate, **gate_options(settings.serve), public=public_paths())
     app.state.server = server
     errors(app)
+    add_page(app)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -170,6 +177,21 @@ def create_app(settings: Config, lm: Any = None) -> FastAPI:
                                 f"{settings.serve.trajectories} (serve.trajectories)")
         return server.runs.trajectories[run_id]
 
+    @app.get("/v1/passages/{chunk_id}")
+    async def passage(chunk_id: str) -> dict[str, Any]:
+        """An indexed passage by the chunk id a citation names: its source, section and text."""
+        found = await asyncio.to_thread(indexed_chunk, settings, chunk_id) if CHUNK_ID.fullmatch(chunk_id) else None
+        if found is None:
+            raise HTTPException(404, "no indexed passage has this id; a citation's chunk_id names one (the text "
+                                "of a web page is not kept)")
+        return {"id": found.id, "source": found.source, "section": found.section, "text": found.text}
+
+    @app.get("/v1/history")
+    async def history() -> dict[str, Any]:
+        """`dspy-rag history --json`: the ledger's compiles and evaluations per lineage, with the points to plot."""
+        path = ledger_path(settings)
+        return report(path, lineages(await asyncio.to_thread(read, path)))
+
     @app.post("/v1/ingest")
     async def ingest(body: IngestBody) -> dict[str, Any]:
         """`ingest --json`, when serve.ingest allows it: the files, folders or URLs read into the index."""
@@ -184,6 +206,15 @@ def create_app(settings: Config, lm: Any = None) -> FastAPI:
         return store.summary(report)
 
     return app
+
+
+def indexed_chunk(settings: Config, chunk_id: str) -> Chunk | None:
+    """The committed chunk of this id in the configured index, read from its catalog alone."""
+    catalog = Catalog(settings.index.path, settings.embedding.model)
+    try:
+        return catalog.chunks([chunk_id]).get(chunk_id)
+    finally:
+        catalog.close()
 
 
 async def events(run: Run) -> AsyncIterator[str]:

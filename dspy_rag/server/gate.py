@@ -1,6 +1,6 @@
-"""What every request passes before a route sees it: the bearer token (when `serve.token` is set), the size limit
-of its body, and the last line of defence that turns any failure into a one-line JSON reason, never a
-traceback."""
+"""What every request passes before a route sees it: the bearer token (when `serve.token` is set; a browser reads
+the web page's own files without it), the size limit of its body, and the last line of defence that turns any
+failure into a one-line JSON reason, never a traceback."""
 
 import hmac
 import json
@@ -34,17 +34,21 @@ class TooLarge(Exception):
 
 
 class Gate:
-    def __init__(self, app: ASGIApp, token: str | None, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, token: str | None, max_body_bytes: int, public: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.token = f"Bearer {token}".encode() if token else None
         self.max_body_bytes = max_body_bytes
+        self.public = public  # paths read with GET without the token: files that hold no data
+
+    def guarded(self, scope: Scope) -> bool:
+        return self.token is not None and not (scope["method"] == "GET" and scope["path"] in self.public)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        if self.token is not None and not hmac.compare_digest(headers.get(b"authorization", b""), self.token):
+        if self.guarded(scope) and not hmac.compare_digest(headers.get(b"authorization", b""), self.token or b""):
             await refuse(send, 401, "this server needs its token: send the header Authorization: Bearer <serve.token>",
                          {"www-authenticate": "Bearer"})
             return
