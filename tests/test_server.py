@@ -29,6 +29,7 @@ from conftest import (
     scratch_config,
     without_times,
 )
+from dspy_rag.config import load_config
 from dspy_rag.index import Index
 
 QUESTION = "What was NVIDIA's Data Center revenue in fiscal 2023?"
