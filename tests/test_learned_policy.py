@@ -15,7 +15,7 @@ from test_deep import QUESTION, plan, step
 
 from conftest import FACTS, assert_one_line_error, invoke, scratch_config
 from dspy_rag import artifacts, models
-from dspy_rag.config import Config
+from dspy_rag.config import Config, RoleConfig
 from dspy_rag.errors import UserError
 from dspy_rag.evals.research_metric import DEFAULT_WEIGHTS, ResearchMetric, example_of
 from dspy_rag.index import Index
@@ -138,7 +138,8 @@ def test_labels_of_a_scripted_run_follow_from_the_stop_scores(policy_workspace: 
     at_decisions = [{"decision": "CONTINUE", "reason": "s"}, answer("$9.07 billion"),
                     {"decision": "REVISE", "reason": "s"}, answer("$15.01 billion")]
     lm = DummyLM(run + at_decisions, adapter=dspy.JSONAdapter())
-    program = DeepResearch(Retriever(tiny_index(policy_workspace), top_k=10), policy="plan")
+    program = DeepResearch(Retriever(tiny_index(policy_workspace), top_k=10), policy="plan",
+                           roles=RoleConfig(reflection=True))  # the scripted steps hold its findings
     example = example_of(Question("q", QUESTION, "$15.01 billion"))
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
         traced = trace_question(program, example, ResearchMetric({"f1": 1.0}), fake_embed_any)
@@ -254,7 +255,8 @@ def policy_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         metric="weighted", weights=dict(DEFAULT_WEIGHTS), dev_questions=1, dev_before=None, dev_after=None), [])
     (tmp_path / "dspy-rag.yaml").write_text(f"artifacts: {{path: {settings.artifacts.path}}}\n"
                                             f"index: {{path: {tiny_index(tmp_path).root}}}\n"
-                                            "retrieval: {reranker: none, top_n: 1}\n")
+                                            "retrieval: {reranker: none, top_n: 1}\n"
+                                            "roles: {reflection: true}\n")  # the scripted steps hold its findings
     monkeypatch.setattr(models, "build_lm", lambda _config: DummyLM(two_step_replies(), adapter=dspy.JSONAdapter()))
     return tmp_path
 

@@ -219,6 +219,7 @@ def test_instructions_inside_documents_and_web_pages_change_nothing(workspace: P
     monkeypatch.setenv("TAVILY_API_KEY", TAVILY_KEY)
     monkeypatch.setenv("DSPY_RAG_WEB_TAVILY_BASE_URL", tavily.url)
     monkeypatch.setenv("DSPY_RAG_LM_API_KEY", LM_KEY)
+    monkeypatch.setenv("DSPY_RAG_ROLES_REFLECTION", "true")  # the scripted steps hold the reflection's findings
     fake_lm.replies = {**fake_lm.replies, **WEB_THEN_DOCS}
     facts, page = workspace.joinpath("facts.md").read_text(), PAGE["results"][0]["content"]
     clean = research(fake_lm, tavily, facts, page)
