@@ -219,7 +219,7 @@ class FakeLM(JsonServer):
     last message contains, whole or, asked to stream, word by word. `plain_answer` is the short answer in plain
     text, as a served model writes it (None: as JSON, like the other replies). A test sets the faults: `status`
     (and `error`, the provider's message), `mangle` (what becomes of the reply text), `delay`, or `hold_after`
-    (later requests wait until `release` is set)."""
+    (later requests wait until `release` is set). It counts the requests in flight and the most at once (`peak`)."""
 
     def __init__(self, replies: dict[str, dict[str, Any]], plain_answer: str | None = None) -> None:
         self.replies = replies
@@ -228,6 +228,8 @@ class FakeLM(JsonServer):
         self.mangle: Callable[[str], str] = lambda text: text
         self.hold_after: int | None = None
         self.release = threading.Event()
+        self.counting = threading.Lock()
+        self.in_flight = self.peak = 0
         super().__init__()
 
     @property
@@ -236,6 +238,16 @@ class FakeLM(JsonServer):
         return {"DSPY_RAG_LM_MODEL": "openai/fake", "DSPY_RAG_LM_API_BASE": self.url + "/v1"}
 
     def answer(self, payload: dict[str, Any]) -> tuple[int, Any]:
+        with self.counting:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        try:
+            return self.scripted_answer(payload)
+        finally:
+            with self.counting:
+                self.in_flight -= 1
+
+    def scripted_answer(self, payload: dict[str, Any]) -> tuple[int, Any]:
         if self.hold_after is not None and len(self.requests) > self.hold_after:
             self.release.wait(timeout=120)
         time.sleep(self.delay)

@@ -4,7 +4,6 @@ trajectory says what one step at a time says; the LM-call budget holds across th
 llama.cpp's own server, serving the local model."""
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,23 +35,11 @@ PLAN = {"steps": [{"sub_question": q, "tool": "search_docs", "keywords": [], "se
 
 
 class ScriptedLM(FakeLM):
-    """Replies by the field a prompt asks for and the step it is about; counts the requests in flight."""
+    """Replies by the field a prompt asks for and the step it is about."""
 
     def __init__(self) -> None:
         super().__init__({})
         self.delay = 0.2  # long enough for the steps' first requests to meet at the server
-        self.counting = threading.Lock()
-        self.in_flight = self.most = 0
-
-    def answer(self, payload: dict[str, Any]) -> tuple[int, Any]:
-        with self.counting:
-            self.in_flight += 1
-            self.most = max(self.most, self.in_flight)
-        try:
-            return super().answer(payload)
-        finally:
-            with self.counting:
-                self.in_flight -= 1
 
     def reply(self, payload: dict[str, Any]) -> str:
         return json.dumps(self.scripted(payload["messages"][-1]["content"]))
@@ -98,7 +85,7 @@ def settings(index: Path, api_base: str, **overrides: Any) -> Config:
 
 def research(config: Config, server: ScriptedLM) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """`ask --json`'s document for the question, and the events streamed meanwhile; the server's count restarts."""
-    server.most, server.requests = 0, []
+    server.peak, server.requests = 0, []
     events: list[tuple[str, str]] = []
     opened = Research.open(config, artifact="none", on_event=lambda text, kind=None: events.append((kind, text)))
     return opened.run(QUESTION).to_json(), [(kind, text) for kind, text in events if kind]
@@ -113,10 +100,10 @@ def test_independent_steps_overlap_up_to_the_limit_and_trace_as_one_by_one(facts
                                                                           server: ScriptedLM) -> None:
     one_by_one, events_one_by_one = research(settings(facts_index, server.url + "/v1", **{"lm.parallel_steps": 1}),
                                              server)
-    assert server.most == 1
+    assert server.peak == 1
     for limit in (3, 2):
         at_once, events = research(settings(facts_index, server.url + "/v1", **{"lm.parallel_steps": limit}), server)
-        assert 1 < server.most <= limit
+        assert 1 < server.peak <= limit
         trajectory = at_once["trajectory"]
         assert trajectory["parallel_steps"] == limit
         assert [content(s) for s in trajectory["steps"]] == [content(s) for s in one_by_one["trajectory"]["steps"]]

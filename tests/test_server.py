@@ -223,25 +223,13 @@ class ParallelLM(FakeLM):
 
     def __init__(self) -> None:
         super().__init__(REPLIES)
-        self.lock = threading.Lock()
-        self.in_flight = self.peak = 0
         self.calls: Counter[int] = Counter()
-
-    def answer(self, payload: dict[str, Any]) -> tuple[int, Any]:
-        with self.lock:
-            self.in_flight += 1
-            self.peak = max(self.peak, self.in_flight)
-        try:
-            return super().answer(payload)
-        finally:
-            with self.lock:
-                self.in_flight -= 1
 
     def reply(self, payload: dict[str, Any]) -> str:
         prompt = "\n".join(str(m["content"]) for m in payload["messages"])
         tags = {int(tag) for tag in RUN_TAG.findall(prompt)}
         n = tags.pop() if len(tags) == 1 else -1  # -1: a prompt holding no run's tag, or several runs'
-        with self.lock:
+        with self.counting:
             self.calls[n] += 1
         asked = payload["messages"][-1]["content"]
         if "`steps`" in asked:
