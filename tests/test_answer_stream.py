@@ -2,15 +2,18 @@
 replaced by its output, never in `ask --json` or a pipe; and on the real local model, token by token (slow)."""
 
 import json
+import os
+import pty
 import re
-from importlib.metadata import version
+import subprocess
+import tempfile
 from pathlib import Path
 
 import dspy
 import pytest
 
 import dspy_rag
-from conftest import FakeLM, invoke, run_cli, without_times
+from conftest import CLI, FakeLM, invoke, user_environment, without_times
 from dspy_rag.answer_stream import listened
 from dspy_rag.config import LMConfig
 from dspy_rag.models import build_lm
@@ -41,27 +44,43 @@ def test_the_api_hears_the_short_answer_as_it_is_written_and_answers_as_without(
     assert without_times(listened_to.to_json()) == without_times(alone.to_json())  # `ask --json`'s document
 
 
-# TTY_COMPATIBLE (how the test says "stdout is a terminal" to a subprocess) is rich 14's; the set-up's venv gets
-# rich 13.9, which instructor (through ragas) pins below 14, and there no draft was drawn.
-@pytest.mark.skipif(int(version("rich").split(".")[0]) < 14, reason="the terminal draft is checked on rich 14 or later")
+def on_a_terminal(*args: str, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    """`dspy-rag ARGS` with its stdout on a pseudo-terminal, as a user's shell runs it: the exit code and what the
+    terminal was sent, its control codes and line breaks left out."""
+    leader, follower = pty.openpty()
+    with tempfile.TemporaryFile() as stderr:  # a pipe left unread could fill and stall the command
+        command = subprocess.Popen([CLI, *args], cwd=cwd, env=user_environment(env), stdin=subprocess.DEVNULL,
+                                   stdout=follower, stderr=stderr)
+        os.close(follower)
+        shown = bytearray()
+        while True:
+            try:
+                piece = os.read(leader, 65536)
+            except OSError:  # EIO: the command has closed the terminal
+                break
+            if not piece:
+                break
+            shown += piece
+        os.close(leader)
+        code = command.wait(timeout=900)
+    return code, ESCAPE.sub("", shown.decode()).replace("\r", "")
+
+
 def test_ask_draws_the_answer_on_a_terminal_as_it_is_written_and_json_stays_the_document(
-        workspace: Path, fake_lm: FakeLM, monkeypatch: pytest.MonkeyPatch) -> None:
+        workspace: Path, fake_lm: FakeLM) -> None:
     fake_lm.plain_answer = WRITTEN
     piped = invoke("ask", QUESTION)
     assert piped.returncode == 0 and not ESCAPE.search(piped.stdout) and not any(streamed_calls(fake_lm))
-    terminal = {**fake_lm.env, "TTY_COMPATIBLE": "1"}  # rich's way of saying stdout is a terminal
-    shown = run_cli("ask", QUESTION, cwd=workspace, env=terminal)
-    assert shown.returncode == 0, shown.stderr
-    text = ESCAPE.sub("", shown.stdout).replace("\r", "")
+    code, text = on_a_terminal("ask", QUESTION, cwd=workspace, env=fake_lm.env)
+    assert code == 0, text
     drafts = [text.index(f"Answer: {draft}") for draft in ("$15.01 billion", "$15.01 billion, up 41% from a year")]
     final = text.rindex(f"Answer: {SHORT}\n")
     assert drafts == sorted(drafts) and drafts[-1] < final  # drawn as it was written, then the output
     output = piped.stdout[piped.stdout.index("Answer:"):]
     assert text[final:].splitlines()[:-1] == output.splitlines()[:-1]  # the same but the time the last line reports
     fake_lm.requests.clear()
-    monkeypatch.setenv("TTY_COMPATIBLE", "1")
-    document = invoke("ask", "--json", QUESTION)
-    assert json.loads(document.stdout)["short_answer"] == SHORT and not any(streamed_calls(fake_lm))
+    code, document = on_a_terminal("ask", "--json", QUESTION, cwd=workspace, env=fake_lm.env)
+    assert code == 0 and json.loads(document)["short_answer"] == SHORT and not any(streamed_calls(fake_lm))
 
 
 @pytest.mark.slow
