@@ -116,7 +116,8 @@ def test_a_killed_writer_leaves_the_last_commit_and_a_second_writer_is_refused(
         deadline = time.monotonic() + 900
         while vectors(chroma_url, name) <= 2:  # until it wrote vectors it has not committed
             assert writer.poll() is None and time.monotonic() < deadline, "the writer stopped before writing"
-            time.sleep(0.5)
+            time.sleep(0.2)
+        writer.send_signal(signal.SIGSTOP)  # held before its commit; its lease lasts LEASE s from the last renewal
         refused = dspy_rag("ingest", str(notes(tmp_path / "more")), "--index", str(tmp_path / "c"), cwd=tmp_path,
                            url=chroma_url, collection=name)
         assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
