@@ -4,7 +4,8 @@ The catalog is the commit point (dspy_rag.catalog). Ingest writes a file's chunk
 them to the catalog in one transaction, then deletes the chunks it superseded. Readers only trust chunk ids the
 catalog lists, so an interrupted ingest leaves the previous index fully usable, and the next ingest sweeps its
 leftovers. A reader never writes to the index folder: an embedded store is read from a private copy
-(dspy_rag.store_snapshot).
+(dspy_rag.store_snapshot). With a Chroma server the server holds the catalog too, and the commit point is
+there; the folder's catalog is then this process's mirror of it (dspy_rag.shared_index).
 """
 
 import hashlib
