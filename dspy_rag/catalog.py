@@ -213,6 +213,10 @@ class Catalog:
         row = self._db.execute(f"SELECT {SOURCE} FROM sources WHERE source = ?", (name,)).fetchone()
         return _source(row)[1] if row else None
 
+    def chunk_ids(self, source: str) -> list[str]:
+        """The ids of a source's chunks, in the order ingested."""
+        return [i for (i,) in self._db.execute("SELECT id FROM chunks WHERE source = ? ORDER BY n", (source,))]
+
     def keyword_search(self, tokens: Sequence[str], k: int, sections: Sequence[str] = ()
                        ) -> list[tuple[Chunk, float]]:
         """The k best BM25 matches, best first (dspy_rag.postings)."""
@@ -247,8 +251,13 @@ class Catalog:
 
     def set_collection(self, name: str) -> None:
         """Name the Chroma collection; a new index's catalog keeps it in memory until its first commit."""
+        self.set_meta("collection", name)
+
+    def set_meta(self, key: str, value: Any) -> None:
+        """Record a value of the catalog's own (within a writer's transaction, it commits with it)."""
         with self._lock:
-            self._db.execute("UPDATE meta SET value = ? WHERE key = 'collection'", (name,))
+            self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
+                             "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
 
     def _add_source(self, source: str, sha256: str, kind: str, chunks: int, sections: list[str],
                     ingested_at: str) -> None:
@@ -273,13 +282,14 @@ class Catalog:
         self._db.execute("DELETE FROM sources WHERE source = ?", (source,))
         return [i for _, i, _ in dropped]
 
-    def replace(self, source: str, sha256: str, kind: str, chunks: list[Chunk]) -> list[str]:
-        """Within a transaction: `source` now holds `chunks`; returns the chunk ids it superseded. A chunk it held
-        already (same id, so the same text at the same place) is left as it is."""
+    def replace(self, source: str, sha256: str, kind: str, chunks: list[Chunk], ingested_at: str | None = None
+                ) -> list[str]:
+        """Within a transaction: `source` now holds `chunks` (ingested now, or at `ingested_at`); returns the chunk
+        ids it superseded. A chunk it held already (same id, so the same text at the same place) is left as it is."""
         kept = frozenset(self.chunks([c.id for c in chunks]))
         superseded = self.forget(source, keep=kept)
         self._add_chunks((c.id, c.source, c.section, c.start, c.end, c.text, " ".join(tokenize(c.indexed_text)))
                          for c in chunks if c.id not in kept)
         self._add_source(source, sha256, kind, len(chunks), list(dict.fromkeys(c.section for c in chunks)),
-                         datetime.now(UTC).isoformat(timespec="seconds"))
+                         ingested_at or datetime.now(UTC).isoformat(timespec="seconds"))
         return superseded

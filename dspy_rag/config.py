@@ -96,8 +96,9 @@ class EmbeddingConfig(Section):
     batch_size: int = Field(32, ge=1)
 
 
-# Chroma's rule for a collection's name; a server's gets a 9-character suffix, so 503 at most, not 512.
-COLLECTION_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,501}[a-zA-Z0-9]")
+# Chroma's rule for a collection's name; a server's gets a 9-character suffix and a catalog collection 8 more
+# (dspy_rag.shared_index), so 495 at most, not 512.
+COLLECTION_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,493}[a-zA-Z0-9]")
 IP_ADDRESS = re.compile(r"\d+\.\d+\.\d+\.\d+")
 
 
@@ -105,7 +106,7 @@ def collection_problem(name: str) -> str | None:
     """Why Chroma would refuse `name` for a collection, or None when it takes it."""
     if COLLECTION_NAME.fullmatch(name) and ".." not in name and not IP_ADDRESS.fullmatch(name):
         return None
-    return (f"'{name:.40}' is no collection name Chroma takes; use 3 to 503 letters, digits, '.', '_' or '-', a "
+    return (f"'{name:.40}' is no collection name Chroma takes; use 3 to 495 letters, digits, '.', '_' or '-', a "
             "letter or digit first and last, no '..' and no IP address, e.g. documents")
 
 

@@ -4,12 +4,12 @@ The catalog is the commit point (dspy_rag.catalog). Ingest writes a file's chunk
 them to the catalog in one transaction, then deletes the chunks it superseded. Readers only trust chunk ids the
 catalog lists, so an interrupted ingest leaves the previous index fully usable, and the next ingest sweeps its
 leftovers. A reader never writes to the index folder: an embedded store is read from a private copy
-(dspy_rag.store_snapshot).
+(dspy_rag.store_snapshot). With a Chroma server the server holds the catalog too, and the commit point is
+there; the folder's catalog is then this process's mirror of it (dspy_rag.shared_index).
 """
 
 import hashlib
 import os
-import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +27,7 @@ from dspy_rag.chunking import Chunk, chunk_document
 from dspy_rag.config import Config, url_problem
 from dspy_rag.documents import SUPPORTED_SUFFIXES, Document, download, kind_of, parse, read_bytes
 from dspy_rag.errors import UserError
+from dspy_rag.shared_index import COMMIT, SharedIndex, shared_name
 from dspy_rag.store_snapshot import StoreSnapshot
 from dspy_rag.tokenizer import tokenize
 
@@ -137,6 +138,7 @@ class Index:
         self._embedder: Any = None
         self._reading = False  # set by `require`: Chroma then opens a copy of an embedded store
         self._snapshot: StoreSnapshot | None = None
+        self._shared: SharedIndex | None = None  # a writer's index on a server (index.chroma_url)
 
     # --- catalog ------------------------------------------------------------------------------------
 
@@ -154,11 +156,13 @@ class Index:
 
     def require(self) -> "Index":
         """The index, for reading: it holds documents, and a vector for each chunk its catalog lists. Nothing in
-        its folder is written from then on, not even by Chroma."""
-        if not self.exists or not self.chunk_count:
-            raise UserError(f"no documents indexed in {self.root}; run `dspy-rag ingest FILE` first (or pass --index)")
+        its folder is written from then on, not even by Chroma (with a server, but the mirror of its catalog)."""
         if not self._reading:
             self._reading, self._collection = True, None
+        if self.config.index.chroma_url:
+            self._pull_shared()
+        if not self.exists or not self.chunk_count:
+            raise UserError(f"no documents indexed in {self.root}; run `dspy-rag ingest FILE` first (or pass --index)")
         self.check_vectors()
         return self
 
@@ -206,7 +210,7 @@ class Index:
             "repaired": report.repaired, "chunks_total": self.chunk_count,
             "seconds": round(report.seconds, 2),
             "sections": {s: meta["sections"] for s, meta in sources.items() if s in report.added + report.replaced},
-        }
+        } | ({"collection": self.catalog.collection} if self.config.index.chroma_url else {})
 
     # --- backends -----------------------------------------------------------------------------------
 
@@ -238,11 +242,12 @@ class Index:
         except Exception as exc:  # chromadb raises bare ValueError/ConnectionError variants here
             raise UserError(f"cannot reach the Chroma server at {url} ({exc}); start it or unset index.chroma_url") from exc
 
-    def _collection_name(self) -> str:
+    def _collection_name(self, client: Any) -> str:
         if self.catalog.collection is None:
-            # On a shared server each index folder gets its own collection.
-            suffix = f"-{secrets.token_hex(4)}" if self.config.index.chroma_url else ""
-            self.catalog.set_collection(self.config.index.collection + suffix)
+            wanted, url = self.config.index.collection, self.config.index.chroma_url
+            # On a server an index is joined by its name, and a new one gets a name of its own.
+            self.catalog.set_collection(shared_name(client, str(url), wanted, create=not self._reading) if url
+                                        else wanted)
         return self.catalog.collection
 
     @contextmanager
@@ -263,12 +268,33 @@ class Index:
     @property
     def collection(self) -> Any:
         if self._collection is None:
-            self._collection = self._client().get_or_create_collection(
-                self._collection_name(), embedding_function=self.embedder, configuration={"hnsw": {"space": "cosine"}}
+            client = self._client()
+            self._collection = client.get_or_create_collection(
+                self._collection_name(client), embedding_function=self.embedder, configuration={"hnsw": {"space": "cosine"}}
             )
         return self._collection
 
     # --- search -------------------------------------------------------------------------------------
+
+    def _pull_shared(self) -> None:
+        """The folder's mirror of a server's index brought to its last commit, when that moved."""
+        with self._chroma_failures():
+            shared = SharedIndex(self._client(), self.collection, str(self.config.index.chroma_url), create=False)
+            head = shared.head()
+            if not head or self.catalog.meta(COMMIT) == head:
+                return  # a folder built before sharing keeps its own catalog; a current mirror is read as it is
+            self.root.mkdir(parents=True, exist_ok=True)
+            try:
+                lock = FileLock(self.root / ".ingest.lock", timeout=0).acquire()
+            except Timeout:
+                return  # an ingest in this folder is bringing the mirror up to date: read its last commit
+            with lock:
+                mirror = Catalog(self.root, self.config.embedding.model, writer=True)
+                try:
+                    shared.pull(mirror)
+                finally:
+                    mirror.close()
+        self.catalog = Catalog(self.root, self.config.embedding.model)
 
     @property
     def section_titles(self) -> list[str]:
@@ -348,8 +374,25 @@ class Index:
         superseded: list[str] = []
         with self.catalog.transaction():
             yield superseded
+            if self._shared:
+                self._shared.publish(self.catalog)
         if superseded:
             self.collection.delete(ids=superseded)
+        if self._shared:
+            self._shared.prune()
+
+    @contextmanager
+    def _shared_writing(self, wait: bool) -> Iterator[None]:
+        """With a server: the writer's lease held, and the catalog as the server last committed it."""
+        if not (url := self.config.index.chroma_url):
+            yield
+            return
+        self._shared = SharedIndex(self._client(), self.collection, str(url), create=True)
+        try:
+            with self._shared.writing(self.catalog, wait):
+                yield
+        finally:
+            self._shared = None
 
     @contextmanager
     def _writing(self, wait: bool = False, repair: bool = False,
@@ -364,9 +407,10 @@ class Index:
             # As committed now (a writer before us may have committed since); a JSON catalog is migrated here.
             self.catalog = Catalog(self.root, self.config.embedding.model, writer=True)
             try:
-                report.repaired = self._sweep_uncommitted(repair, progress)
-                yield report
-                self.catalog.persist()
+                with self._shared_writing(wait):
+                    report.repaired = self._sweep_uncommitted(repair, progress)
+                    yield report
+                    self.catalog.persist()
             finally:
                 self.catalog.close()
                 self.catalog = Catalog(self.root, self.config.embedding.model)

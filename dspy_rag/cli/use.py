@@ -62,6 +62,8 @@ def ingest(
         for item, reason in report.failed.items():
             err.print(f"failed {item}: {reason}")
         out.print(f"index {store.root}: {summary['chunks_total']} chunks, {report.seconds:.1f} s")
+        if "collection" in summary:  # what another machine sets to read this index from the server
+            out.print(f"shared on {store.config.index.chroma_url} as index.collection: {summary['collection']}")
     if report.failed:
         raise typer.Exit(1)
 
