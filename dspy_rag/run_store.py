@@ -43,18 +43,22 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS runs_used ON runs (used);"""
 
 
-@cache
-def code_version() -> str:
-    """A digest of the code a run depends on: editing a module, a prompt signature or a metric makes earlier
-    runs stale."""
+def code_files() -> list[Path]:
+    """The sources a run depends on: editing a module, a prompt signature or a metric makes earlier runs stale."""
     files: list[Path] = []
     for package in CODE_PACKAGES:
         spec = importlib.util.find_spec(package)
         assert spec is not None and spec.submodule_search_locations
         folder = Path(next(iter(spec.submodule_search_locations)))
         files += sorted(f for f in folder.glob("*.py") if f.name not in NOT_IN_A_RUN)
-    files += [Path(spec.origin) for name in CODE_MODULES if (spec := importlib.util.find_spec(name)) and spec.origin]
-    return hashlib.sha256(b"".join(f.name.encode() + f.read_bytes() for f in files)).hexdigest()[:16]
+    return files + [Path(spec.origin) for name in CODE_MODULES
+                    if (spec := importlib.util.find_spec(name)) is not None and spec.origin]
+
+
+@cache
+def code_version() -> str:
+    """A digest of `code_files`, read once a process."""
+    return hashlib.sha256(b"".join(f.name.encode() + f.read_bytes() for f in code_files())).hexdigest()[:16]
 
 
 def digest(value: Any) -> str:

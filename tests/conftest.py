@@ -25,6 +25,7 @@ from unittest.mock import patch
 
 import pytest
 
+from dspy_rag import run_store
 from dspy_rag.config import Config, load_config
 from dspy_rag.index import Index
 from dspy_rag.trainsets import locations
@@ -134,11 +135,14 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: st
 
 @pytest.fixture(autouse=True)
 def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No test reads the developer's dspy-rag.yaml or DSPY_RAG_* variables, or logs to their MLflow."""
+    """No test reads the developer's dspy-rag.yaml or DSPY_RAG_* variables, logs to their MLflow or reuses their
+stored runs."""
     for name in list(os.environ):
         if name.startswith("DSPY_RAG_") and name != "DSPY_RAG_CACHE" or name == "MLFLOW_TRACKING_URI":
             monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)
+    # Each test's runs in a store of its own: a run stored by one test would otherwise be reused by the next.
+    monkeypatch.setattr(run_store, "store_path", lambda: tmp_path / "runs.sqlite")
 
 
 def free_port() -> int:

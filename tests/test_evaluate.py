@@ -11,9 +11,9 @@ from dspy.utils import DummyLM
 from typer.testing import CliRunner
 
 from conftest import REPLIES
-from dspy_rag import models
+from dspy_rag import models, run_store
 from dspy_rag.cli import app
-from dspy_rag.evals import evaluate
+from dspy_rag.evals import evaluate, stored_runs
 from dspy_rag.evals.rows import Row
 from dspy_rag.ledger import read
 from dspy_rag.pipelines.baseline import BaselineRAG
@@ -74,7 +74,7 @@ def test_eval_json_prints_the_results_document_alone_on_stdout(trainset: Path, t
 
 def test_an_interrupted_eval_resumes_where_it_stopped(trainset: Path, tmp_path: Path, scripted: list[DummyLM],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    real = evaluate.run_question
+    real = stored_runs.run_question
     asked: list[str] = []
 
     def interrupted(program: dspy.Module, question: Any) -> Any:
@@ -83,11 +83,11 @@ def test_an_interrupted_eval_resumes_where_it_stopped(trainset: Path, tmp_path: 
         asked.append(question.id)
         return real(program, question)
 
-    monkeypatch.setattr(evaluate, "run_question", interrupted)
+    monkeypatch.setattr(stored_runs, "run_question", interrupted)
     assert eval_cli(trainset, tmp_path / "out").exit_code != 0
     rows = (tmp_path / "out" / "rows.jsonl").read_text().splitlines()
     assert [Row(**json.loads(line)).id for line in rows] == ["q5"]
-    monkeypatch.setattr(evaluate, "run_question", lambda program, question: (asked.append(question.id),
+    monkeypatch.setattr(stored_runs, "run_question", lambda program, question: (asked.append(question.id),
                                                                               real(program, question))[1])
     assert eval_cli(trainset, tmp_path / "out").exit_code == 0
     assert asked == ["q5", "q6"]  # q5 was not asked again
@@ -208,6 +208,8 @@ def test_a_repair_column_runs_again_only_the_questions_with_something_to_repair(
     uncited = {"`rewrites`": {"rewrites": [""]}, **REPLIES,
                "Question:\n": {"short_answer": "forty two flying elephants"}}  # no passage states it: flagged
     monkeypatch.setattr(models, "build_lm", lambda _config: DummyLM(uncited, adapter=dspy.JSONAdapter()))
+    # another scripted model under the same name: a store of its own, or the first one's runs would be reused
+    monkeypatch.setattr(run_store, "store_path", lambda: tmp_path / "other-runs.sqlite")
     result = eval_cli(trainset, tmp_path / "out2", "--with", "repair")
     assert result.exit_code == 0, result.output
     assert repair_calls(tmp_path / "out2") == {"deep@qwen2.5-coder-0.5b": [0, 0],
