@@ -181,10 +181,26 @@ def judged_as_asked(row: Row, judge: Judge | None) -> bool:
     return judge is None or row.judge == judge.model
 
 
-def keep_trajectory(path: Path, key: tuple[str, str, str], trajectory: dict[str, Any]) -> None:
-    """The deep program's trajectory beside its row, for reading why a question failed and for learning from."""
+class EvalFolder:
+    """The eval's own rows and deep trajectories beside its report (rows.jsonl, trajectories.jsonl): a view of
+    the runs it showed, appended as they finish; a line already there as it stands is not written again."""
+
+    def __init__(self, rows: Path) -> None:
+        self.rows, self.trajectories = rows, rows.with_name("trajectories.jsonl")
+        self.logged, self.logged_trajectories = cached_rows(self.rows), kept_trajectories(self.trajectories)
+        rows.parent.mkdir(parents=True, exist_ok=True)
+
+    def add(self, key: Key, row: Row, trajectory: dict[str, Any] | None) -> None:
+        if self.logged.get(key) != row:
+            append_line(self.rows, asdict(row))
+        if trajectory is not None and self.logged_trajectories.get(key) != trajectory:
+            # For reading why a question failed, and for learning from.
+            append_line(self.trajectories, {"set": key[0], "pipeline": key[1], "id": key[2], "trajectory": trajectory})
+
+
+def append_line(path: Path, record: dict[str, Any]) -> None:
     with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps({"set": key[0], "pipeline": key[1], "id": key[2], "trajectory": trajectory}) + "\n")
+        handle.write(json.dumps(record) + "\n")
 
 
 def untouched(switch: Switch, trajectory: dict[str, Any]) -> bool:
@@ -239,10 +255,7 @@ def run_columns(eval_set: EvalSet, columns: list[Column], cache: Path, prepare: 
     """Each column's rows: from the run store when the same run was made before, else run now (`prepare` gives
     a column's program and its runs in the store; `use_lm` readies its model). The rows and trajectories are
     also appended to the eval's folder (`cache`) when they are new to it."""
-    logged = cached_rows(cache)
-    kept = cache.with_name("trajectories.jsonl")
-    logged_trajectories = kept_trajectories(kept)
-    cache.parent.mkdir(parents=True, exist_ok=True)
+    folder = EvalFolder(cache)
     done: dict[Key, Row] = {}
     trajectories: dict[Key, dict[str, Any]] = {}
     measured = Measured({}, {}, set())
@@ -252,12 +265,11 @@ def run_columns(eval_set: EvalSet, columns: list[Column], cache: Path, prepare: 
         for n, question in enumerate(eval_set.questions, start=1):
             key = (eval_set.name, column.label, question.id)
             run = runs.stored(column.label, question)
-            if run is None and (same := unchanged_by(column, key, done, trajectories)) is not None:
-                run = StoredRun(same, None, reused=True)
+            if run is None and (unchanged := unchanged_by(column, key, done, trajectories)) is not None:
+                run = StoredRun(unchanged, None, reused=True)
             elif run is None:
                 use_lm(column)
                 run = runs.run(program, column.label, question)
-                measured.new[column].append(run.row)
             if run.row.ragas is None or not judged_as_asked(run.row, judge):
                 # The answer stands; its ragas scores (or the judge asked for) are new to it.
                 run.row = with_ragas(run.row, RagasInputs.from_json(run.row.ragas_inputs or {}), judge)
@@ -266,22 +278,24 @@ def run_columns(eval_set: EvalSet, columns: list[Column], cache: Path, prepare: 
                 if judge is not None:
                     measured.judged.add(column)
             done[key] = run.row
-            if logged.get(key) != run.row:
-                with cache.open("a", encoding="utf-8") as handle:
-                    handle.write(json.dumps(asdict(run.row)) + "\n")
             if run.trajectory is not None:
                 trajectories[key] = run.trajectory
-                if logged_trajectories.get(key) != run.trajectory:
-                    keep_trajectory(kept, key, run.trajectory)
-            row = run.row
-            failed = f" (failed: {row.failed})" if row.failed else ""
-            same = (f" (the same run as {row.same_as}: {same_run_because(column.switch)})"
-                    if row.same_as and column.switch else "")
-            reused = " (reused from the run store)" if run.reused and not row.same_as else ""
-            reporter.line(f"{column.label} {n}/{len(eval_set.questions)} f1 {row.f1:.2f} {row.seconds:.0f} s"
-                          f"{failed}{same}{reused}")
-            measured.rows[column].append(row)
+            folder.add(key, run.row, run.trajectory)
+            reporter.line(f"{column.label} {n}/{len(eval_set.questions)} {progress_text(column, run)}")
+            measured.rows[column].append(run.row)
+            if not run.reused:
+                measured.new[column].append(run.row)
     return measured
+
+
+def progress_text(column: Column, run: StoredRun) -> str:
+    """A question's line of progress: its F1 and seconds, and whether it failed or its run was another's."""
+    row = run.row
+    failed = f" (failed: {row.failed})" if row.failed else ""
+    same = (f" (the same run as {row.same_as}: {same_run_because(column.switch)})"
+            if row.same_as and column.switch else "")
+    reused = " (reused from the run store)" if run.reused and not row.same_as else ""
+    return f"f1 {row.f1:.2f} {row.seconds:.0f} s{failed}{same}{reused}"
 
 
 def run_eval(config: Config, questions: str, pipeline: list[str] | None = None, artifact: list[str] | None = None,

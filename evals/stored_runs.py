@@ -22,6 +22,7 @@ class StoredRun:
     row: Row
     trajectory: dict[str, Any] | None  # the deep program's; the other programs keep none
     reused: bool  # taken from the store, not run now
+    prediction: dspy.Prediction | None = None  # the program's, when it ran now
 
 
 class AnswerRuns:
@@ -49,7 +50,7 @@ class AnswerRuns:
         row = replace(score(self.context.set_name, label, question, prediction, usage),
                       ragas_inputs=asdict(inputs_of(question, prediction)))
         trajectory = getattr(prediction, "trajectory", None)
-        made = StoredRun(row, trajectory.to_json() if trajectory is not None else None, reused=False)
+        made = StoredRun(row, trajectory.to_json() if trajectory is not None else None, False, prediction)
         self.keep(question, made)
         return made
 

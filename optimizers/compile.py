@@ -99,9 +99,9 @@ class Tracker:
         self.bars.start(label, total)
 
     def __call__(self, example: dspy.Example, prediction: dspy.Prediction | None, score: float) -> None:
-        """One scored run; no prediction when the score came from the cache."""
+        """One scored run; no prediction when the run came from the run store."""
         self.done += 1
-        how = "scored" if prediction is not None else "scored before (cached)"
+        how = "scored" if prediction is not None else "reused from the run store"
         self.bars.advance(f"{self.label}: run {self.done} ({example.id}) {how} {score:.3f}")
         trajectory = getattr(prediction, "trajectory", None)
         if self.phase == "optimize" and trajectory is not None:
@@ -131,7 +131,7 @@ class DevRuns:
             else:
                 self.tally.reused += 1
             scores.append(weighted(run.row, metric.weights))
-            metric.on_score(example, None, scores[-1])
+            metric.on_score(example, run.prediction, scores[-1])
         return scores
 
 

@@ -353,6 +353,25 @@ REPLIES: dict[str, dict[str, Any]] = {
 CALLS_PER_RUN = len([k for k in REPLIES if k not in ("`context`", "`finding`")])
 
 
+def scripted_lms(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *owners: object) -> list[Any]:
+    """Every LM built through the `build_lm` of the modules in `owners` a DummyLM answering with REPLIES (kept in
+    the list, in the order built); and a dspy-rag.yaml in `tmp_path` with its own artifacts and index, no reranker."""
+    import dspy
+    from dspy.utils import DummyLM
+
+    made: list[DummyLM] = []
+
+    def build_lm(_config: Any) -> DummyLM:
+        made.append(DummyLM(REPLIES, adapter=dspy.JSONAdapter()))
+        return made[-1]
+
+    for owner in owners:
+        monkeypatch.setattr(owner, "build_lm", build_lm)
+    (tmp_path / "dspy-rag.yaml").write_text(f"artifacts: {{path: {tmp_path / 'artifacts'}}}\n"
+                                            f"index: {{path: {tmp_path / 'index'}}}\nretrieval: {{reranker: none}}\n")
+    return made
+
+
 @pytest.fixture()
 def fake_lm() -> Iterator[FakeLM]:
     """A scripted OpenAI-compatible LM for every program: each deep run plans one step over the documents."""

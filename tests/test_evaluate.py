@@ -10,7 +10,7 @@ import pytest
 from dspy.utils import DummyLM
 from typer.testing import CliRunner
 
-from conftest import REPLIES
+from conftest import REPLIES, scripted_lms
 from dspy_rag import models, run_store
 from dspy_rag.cli import app
 from dspy_rag.evals import evaluate, stored_runs
@@ -22,16 +22,7 @@ from dspy_rag.pipelines.lm_calls import Unparseable
 
 @pytest.fixture()
 def scripted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[DummyLM]:
-    made: list[DummyLM] = []
-
-    def build_lm(_config: Any) -> DummyLM:
-        made.append(DummyLM(REPLIES, adapter=dspy.JSONAdapter()))
-        return made[-1]
-
-    monkeypatch.setattr(models, "build_lm", build_lm)
-    (tmp_path / "dspy-rag.yaml").write_text(f"artifacts: {{path: {tmp_path / 'artifacts'}}}\n"
-                                            f"index: {{path: {tmp_path / 'index'}}}\nretrieval: {{reranker: none}}\n")
-    return made
+    return scripted_lms(monkeypatch, tmp_path, models)
 
 
 def eval_cli(trainset: Path, out: Path, *extra: str) -> Any:

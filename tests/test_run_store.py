@@ -15,7 +15,7 @@ import pytest
 from dspy.utils import DummyLM
 from typer.testing import CliRunner
 
-from conftest import CALLS_PER_RUN, REPLIES, FakeLM, invoke, scratch_config, start_cli
+from conftest import CALLS_PER_RUN, REPLIES, FakeLM, invoke, scratch_config, scripted_lms, start_cli
 from dspy_rag import models, run_store
 from dspy_rag.cli import app
 from dspy_rag.config import Config
@@ -141,17 +141,7 @@ def test_runs_list_counts_by_set_model_and_program_and_prune_empties(tmp_path: P
 @pytest.fixture()
 def scripted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[DummyLM]:
     """The scripted LM for eval and compile, both run from the same configuration file."""
-    made: list[DummyLM] = []
-
-    def build_lm(_config: Any) -> DummyLM:
-        made.append(DummyLM(REPLIES, adapter=dspy.JSONAdapter()))
-        return made[-1]
-
-    monkeypatch.setattr(models, "build_lm", build_lm)
-    monkeypatch.setattr(compiling, "build_lm", build_lm)
-    (tmp_path / "dspy-rag.yaml").write_text(f"artifacts: {{path: {tmp_path / 'artifacts'}}}\n"
-                                            f"index: {{path: {tmp_path / 'index'}}}\nretrieval: {{reranker: none}}\n")
-    return made
+    return scripted_lms(monkeypatch, tmp_path, models, compiling)
 
 
 def cli(*args: str) -> Any:
