@@ -7,6 +7,7 @@ import json
 import signal
 import sqlite3
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -197,7 +198,7 @@ def test_compile_scores_its_dev_split_from_an_evals_runs(trainset: Path, tmp_pat
 def stored_runs_count(path: Path) -> int:
     if not path.exists():
         return 0
-    with sqlite3.connect(path, timeout=30) as db:
+    with closing(sqlite3.connect(path, timeout=30)) as db:
         try:
             return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
         except sqlite3.OperationalError:  # the table is not made yet
