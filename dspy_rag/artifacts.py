@@ -62,6 +62,7 @@ class Manifest:
     seconds: float = 0.0
     trajectories: int = 0
     dev_scores: dict[str, list[float]] = field(default_factory=dict)  # question id -> [before, after]
+    dev_reused: int = 0  # dev runs (before and after) taken from the run store, not run by this compile
     dspy_version: str = dspy.__version__
     created: str = ""
     state_sha256: str = ""

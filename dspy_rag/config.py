@@ -246,6 +246,13 @@ class ServeConfig(Section):
     trajectories: int = Field(100, ge=1, le=10000, description="finished runs kept for /v1/trajectories/{id}")
 
 
+class RunsConfig(Section):
+    """The run store (`dspy-rag runs`): the program runs eval, compile and distill-policy reuse."""
+
+    max_mb: int = Field(512, ge=1, description="the store's size cap in MB; past it the least recently used runs "
+                        "are dropped")
+
+
 class Config(Section):
     lm: LMConfig = LMConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
@@ -260,6 +267,7 @@ class Config(Section):
     artifacts: ArtifactConfig = ArtifactConfig()
     mlflow: MLflowConfig = MLflowConfig()
     serve: ServeConfig = ServeConfig()
+    runs: RunsConfig = RunsConfig()
 
     def masked(self) -> dict[str, Any]:
         """The configuration as plain data, secrets shown as '***' (or null when unset), also a password in a URL."""

@@ -37,6 +37,7 @@ class LedgerEntry:
     lm_calls: int = 0
     tokens: int = 0
     seconds: float = 0.0
+    reused: int = 0  # of the questions, those whose runs came from the run store, not run for this measurement
     time: str = ""  # ISO-8601 UTC, filled in by append when empty
     version: int = LEDGER_VERSION
 

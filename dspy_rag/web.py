@@ -185,7 +185,8 @@ class SnapshotSearch:
         digest = hashlib.sha256()
         for file in files:
             digest.update(file.name.encode() + read_bytes(file))
-        folder = cache_root() / "web-snapshots" / digest.hexdigest()[:16]
+        self.fingerprint = digest.hexdigest()[:16]  # the pages' content, which keys the runs made over them
+        folder = cache_root() / "web-snapshots" / self.fingerprint
         index_config = config.model_copy(update={"index": IndexConfig(path=folder)})
         self.index = Index(index_config)
         if self.index.exists and self.index.chunk_count:

@@ -6,8 +6,10 @@
 
 Every column is scored per question with the shared metrics and with ragas' (`ragas_bridge`; its LLM metrics
 with `--judge MODEL`); the table gives means with bootstrap intervals and each column's gain over the first
-with a paired interval (same questions resampled). Rows are cached as they finish, so an interrupted run
-resumes, and every column appends a line to the ledger.
+with a paired interval (same questions resampled). Every run is kept in the run store as it finishes
+(`dspy_rag.run_store`), so an interrupted eval resumes and a run made before, by any eval or compile, is reused;
+the eval's folder holds its rows and trajectories beside the report. Every column with a run made now appends
+a line to the ledger.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import itertools
 import json
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,24 +26,25 @@ from typing import TYPE_CHECKING, Any
 from dspy_rag import paths
 from dspy_rag.config import Config, GuardConfig, RoleConfig
 from dspy_rag.errors import UserError
-from dspy_rag.evals.metrics import AnswerScores, weighted_score
-from dspy_rag.evals.ragas_bridge import HEADERS, Judge, RagasInputs, cell, inputs_of, ragas_scores, summarize
+from dspy_rag.evals.ragas_bridge import HEADERS, Judge, RagasInputs, cell, ragas_scores, summarize
 from dspy_rag.evals.rows import (
     PIPELINES,
     RESULTS,
     EvalSet,
+    Key,
     Row,
     cached_rows,
     kept_trajectories,
     load_set,
-    run_question,
-    score,
+    weighted,
 )
 from dspy_rag.evals.rows import summarize as summarize_answers
 from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, bootstrap_ci, paired_delta_ci
+from dspy_rag.evals.stored_runs import AnswerRuns, StoredRun
 from dspy_rag.files import write_atomic, write_json_atomic
 from dspy_rag.ledger import LedgerEntry, append, ledger_path
 from dspy_rag.reporter import QUIET, Reporter
+from dspy_rag.run_store import RunStore, Tally, run_context
 from dspy_rag.tracking import mlflow_run
 from dspy_rag.trainsets.registry import load_trainset
 
@@ -108,11 +111,6 @@ def ledger_name(column: Column) -> str | None:
     if column.pipeline != "deep":
         return column.pipeline
     return None if column.artifact == "none" else column.artifact
-
-
-def weighted(row: Row, weights: dict[str, float]) -> float:
-    return weighted_score(AnswerScores(row.em, row.f1, row.contains, row.evidence_recall, row.citation_validity),
-                          weights)
 
 
 def interval_text(values: list[float], paired_with: list[float] | None = None) -> str:
@@ -183,10 +181,26 @@ def judged_as_asked(row: Row, judge: Judge | None) -> bool:
     return judge is None or row.judge == judge.model
 
 
-def keep_trajectory(path: Path, key: tuple[str, str, str], trajectory: dict[str, Any]) -> None:
-    """The deep program's trajectory beside its row, for reading why a question failed and for learning from."""
+class EvalFolder:
+    """The eval's own rows and deep trajectories beside its report (rows.jsonl, trajectories.jsonl): a view of
+    the runs it showed, appended as they finish; a line already there as it stands is not written again."""
+
+    def __init__(self, rows: Path) -> None:
+        self.rows, self.trajectories = rows, rows.with_name("trajectories.jsonl")
+        self.logged, self.logged_trajectories = cached_rows(self.rows), kept_trajectories(self.trajectories)
+        rows.parent.mkdir(parents=True, exist_ok=True)
+
+    def add(self, key: Key, row: Row, trajectory: dict[str, Any] | None) -> None:
+        if self.logged.get(key) != row:
+            append_line(self.rows, asdict(row))
+        if trajectory is not None and self.logged_trajectories.get(key) != trajectory:
+            # For reading why a question failed, and for learning from.
+            append_line(self.trajectories, {"set": key[0], "pipeline": key[1], "id": key[2], "trajectory": trajectory})
+
+
+def append_line(path: Path, record: dict[str, Any]) -> None:
     with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps({"set": key[0], "pipeline": key[1], "id": key[2], "trajectory": trajectory}) + "\n")
+        handle.write(json.dumps(record) + "\n")
 
 
 def untouched(switch: Switch, trajectory: dict[str, Any]) -> bool:
@@ -217,44 +231,71 @@ def unchanged_by(column: Column, key: tuple[str, str, str], done: dict[tuple[str
     return replace(done[full], pipeline=column.label, same_as=full[1])
 
 
-def run_columns(eval_set: EvalSet, columns: list[Column], config: Config, cache: Path, build: Any,
-                judge: Judge | None = None, reporter: Reporter = QUIET) -> tuple[dict[Column, list[Row]], set[Column]]:
-    """Each column's rows, and the columns that ran or judged anything this time (the rest came from the cache)."""
-    done = cached_rows(cache)
-    kept = cache.with_name("trajectories.jsonl")
-    trajectories = kept_trajectories(kept)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    rows: dict[Column, list[Row]] = {}
-    fresh: set[Column] = set()
+@dataclass
+class Measured:
+    """Each column's rows, the rows run this time (the rest were reused), and the columns judged this time."""
+
+    rows: dict[Column, list[Row]]
+    new: dict[Column, list[Row]]
+    judged: set[Column]
+
+    def fresh(self) -> list[Column]:
+        """The columns that ran or judged anything this time."""
+        return [c for c in self.rows if self.new[c] or c in self.judged]
+
+    def tally(self, column: Column) -> Tally:
+        return Tally(len(self.new[column]), len(self.rows[column]) - len(self.new[column]))
+
+
+Prepare = Callable[[Column], tuple["dspy.Module", AnswerRuns]]
+
+
+def run_columns(eval_set: EvalSet, columns: list[Column], cache: Path, prepare: Prepare,
+                use_lm: Callable[[Column], None], judge: Judge | None = None, reporter: Reporter = QUIET) -> Measured:
+    """Each column's rows: from the run store when the same run was made before, else run now (`prepare` gives
+    a column's program and its runs in the store; `use_lm` readies its model). The rows and trajectories are
+    also appended to the eval's folder (`cache`) when they are new to it."""
+    folder = EvalFolder(cache)
+    done: dict[Key, Row] = {}
+    trajectories: dict[Key, dict[str, Any]] = {}
+    measured = Measured({}, {}, set())
     for column in columns:
-        program: dspy.Module | None = None
+        program, runs = prepare(column)
+        measured.rows[column], measured.new[column] = [], []
         for n, question in enumerate(eval_set.questions, start=1):
             key = (eval_set.name, column.label, question.id)
-            cached = done.get(key)
-            if cached is None or not judged_as_asked(cached, judge):
-                if cached is not None and cached.ragas_inputs is not None:
-                    # The answer stands; only the judge is new to it.
-                    done[key] = with_ragas(cached, RagasInputs.from_json(cached.ragas_inputs), judge)
-                elif cached is None and (same := unchanged_by(column, key, done, trajectories)) is not None:
-                    done[key] = same
-                else:
-                    program = program or build(column)
-                    prediction, usage = run_question(program, question)
-                    done[key] = with_ragas(score(eval_set, column.label, question, prediction, usage),
-                                           inputs_of(question, prediction), judge)
-                    if (trajectory := getattr(prediction, "trajectory", None)) is not None:
-                        trajectories[key] = trajectory.to_json()
-                        keep_trajectory(kept, key, trajectories[key])
-                with cache.open("a", encoding="utf-8") as handle:
-                    handle.write(json.dumps(asdict(done[key])) + "\n")
-                fresh.add(column)
-            row = done[key]
-            failed = f" (failed: {row.failed})" if row.failed else ""
-            same = (f" (the same run as {row.same_as}: {same_run_because(column.switch)})"
-                    if row.same_as and column.switch else "")
-            reporter.line(f"{column.label} {n}/{len(eval_set.questions)} f1 {row.f1:.2f} {row.seconds:.0f} s{failed}{same}")
-            rows.setdefault(column, []).append(row)
-    return rows, fresh
+            run = runs.stored(column.label, question)
+            if run is None and (unchanged := unchanged_by(column, key, done, trajectories)) is not None:
+                run = StoredRun(unchanged, None, reused=True)
+            elif run is None:
+                use_lm(column)
+                run = runs.run(program, column.label, question)
+            if run.row.ragas is None or not judged_as_asked(run.row, judge):
+                # The answer stands; its ragas scores (or the judge asked for) are new to it.
+                run.row = with_ragas(run.row, RagasInputs.from_json(run.row.ragas_inputs or {}), judge)
+                if run.row.same_as is None:
+                    runs.keep(question, run)
+                if judge is not None:
+                    measured.judged.add(column)
+            done[key] = run.row
+            if run.trajectory is not None:
+                trajectories[key] = run.trajectory
+            folder.add(key, run.row, run.trajectory)
+            reporter.line(f"{column.label} {n}/{len(eval_set.questions)} {progress_text(column, run)}")
+            measured.rows[column].append(run.row)
+            if not run.reused:
+                measured.new[column].append(run.row)
+    return measured
+
+
+def progress_text(column: Column, run: StoredRun) -> str:
+    """A question's line of progress: its F1 and seconds, and whether it failed or its run was another's."""
+    row = run.row
+    failed = f" (failed: {row.failed})" if row.failed else ""
+    same = (f" (the same run as {row.same_as}: {same_run_because(column.switch)})"
+            if row.same_as and column.switch else "")
+    reused = " (reused from the run store)" if run.reused and not row.same_as else ""
+    return f"f1 {row.f1:.2f} {row.seconds:.0f} s{failed}{same}{reused}"
 
 
 def run_eval(config: Config, questions: str, pipeline: list[str] | None = None, artifact: list[str] | None = None,
@@ -301,42 +342,59 @@ def run_eval(config: Config, questions: str, pipeline: list[str] | None = None, 
             lms[name] = build_lm(config.lm.model_copy(update={"model": name}))
         return lms[name]
 
-    def build(column: Column) -> dspy.Module:
+    def settings_of(column: Column) -> Config:
         switch = column.switch
         settings = config.model_copy(update={"lm": config.lm.model_copy(update={"model": column.model})})
         if switch is not None:
             switched = getattr(config, switch.part).model_copy(update={switch.name: switch.on})
             settings = settings.model_copy(update={switch.part: switched})
+        return settings
+
+    def prepare(column: Column) -> tuple[dspy.Module, AnswerRuns]:
+        settings = settings_of(column)
+        program = program_for(column.pipeline, settings, eval_set.index, eval_set.web, column.policy,
+                              artifact=column.artifact)
+        context = run_context(program, settings, trainset.name, trainset.content_hash, column.label, eval_set.web)
+        return program, AnswerRuns(store, context)
+
+    def use_lm(column: Column) -> None:
+        """The column's model, loaded only when a question of it is run (not when every run is reused)."""
         dspy.configure(lm=lm_for(column.model), adapter=dspy.JSONAdapter())
-        return program_for(column.pipeline, settings, eval_set.index, eval_set.web, column.policy,
-                           artifact=column.artifact)
 
     grader = Judge(judge, lm_for(judge), eval_set.index.embedder) if judge else None
-    rows, fresh = run_columns(eval_set, columns, config, folder / "rows.jsonl", build, grader, reporter)
+    with RunStore.of(config) as store:
+        measured = run_columns(eval_set, columns, folder / "rows.jsonl", prepare, use_lm, grader, reporter)
+    rows = measured.rows
     if grader:
         reporter.line(f"judge {judge}, this run: {grader.report()}")
     weights = dict(DEFAULT_WEIGHTS)
     first = rows[columns[0]]
     results = {c.label: summary(rows[c], weights, None if c == columns[0] else first) for c in columns}
+    tallies = {c.label: asdict(measured.tally(c)) for c in columns}
+    total = Tally(sum(t["run"] for t in tallies.values()), sum(t["reused"] for t in tallies.values()))
     title = f"{trainset.name} dev, {len(eval_set.questions)} questions, metric {describe(weights)}"
     report = {"trainset": trainset.name, "title": title, "columns": results,
-              "rows": {c.label: [asdict(r) for r in rows[c]] for c in columns}}
+              "rows": {c.label: [asdict(r) for r in rows[c]] for c in columns},
+              "runs": {"run": total.run, "reused": total.reused, "columns": tallies}}
     write_json_atomic(folder / "results.json", report)
-    write_atomic(folder / "report.md", markdown(results, title).encode("utf-8"))
-    measured = [c for c in columns if c in fresh]
-    if measured:
+    write_atomic(folder / "report.md", (markdown(results, title) + f"\nRuns: {total.text()}.\n").encode("utf-8"))
+    reporter.line(f"runs: {total.text()}")
+    measured_now = measured.fresh()
+    if measured_now:
         with mlflow_run(config, f"eval {trainset.name}", reporter.line) as tracked:
             tracked.params({"trainset": trainset.name, "trainset_hash": trainset.content_hash,
                             "questions": len(eval_set.questions), "metric": describe(weights), "judge": judge})
-            tracked.metrics({f"{mlflow_key(c.label)}.{name}": results[c.label].get(name) for c in measured
+            tracked.metrics({f"{mlflow_key(c.label)}.{name}": results[c.label].get(name) for c in measured_now
                              for name in LOGGED})
     # The ledger follows prompts across recompiles; a column that only swaps the stopping policy is no new program,
-    # and one read whole from the cache is no new measurement.
-    for column in (c for c in measured if c.policy == "llm" and c.switch is None):
+    # and one whose every run was reused is no new measurement. Costs are those of the runs made now.
+    for column in (c for c in columns if measured.new[c] and c.policy == "llm" and c.switch is None):
+        new = measured.new[column]
         append(ledger_path(config), LedgerEntry(
             kind="eval", artifact=ledger_name(column), parent=None,
             model=column.model, trainset=trainset.name, trainset_hash=trainset.content_hash, split="dev",
             metric=describe(weights), score=results[column.label]["score"], score_before=None,
-            questions=len(eval_set.questions), lm_calls=sum(r.lm_calls for r in rows[column]),
-            tokens=sum(r.tokens for r in rows[column]), seconds=round(sum(r.seconds for r in rows[column]), 1)))
+            questions=len(eval_set.questions), lm_calls=sum(r.lm_calls for r in new),
+            tokens=sum(r.tokens for r in new), seconds=round(sum(r.seconds for r in new), 1),
+            reused=measured.tally(column).reused))
     return report

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dspy_rag.config import Config
+from dspy_rag.evals.metrics import AnswerScores, weighted_score
 from dspy_rag.index import Index
 from dspy_rag.trainsets.formats import Question
 from dspy_rag.trainsets.registry import Trainset
@@ -74,14 +75,14 @@ def load_set(trainset: Trainset, config: Config) -> EvalSet:
     return EvalSet(trainset.name, trainset.questions("dev"), trainset.index(config), trainset.web(config))
 
 
-def score(eval_set: EvalSet, pipeline: str, question: Question, prediction: dspy.Prediction,
+def score(set_name: str, pipeline: str, question: Question, prediction: dspy.Prediction,
           usage: dict[str, Any]) -> Row:
     from dspy_rag.evals.research_metric import example_of, scores_of
 
     scores = scores_of(example_of(question), prediction)
     trajectory = getattr(prediction, "trajectory", None)
     return Row(
-        eval_set.name, pipeline, question.id, question.question, question.answer,
+        set_name, pipeline, question.id, question.question, question.answer,
         prediction.short_answer or prediction.answer, scores.em, scores.f1, scores.contains, scores.evidence_recall,
         scores.citation_validity, int(usage["lm_calls"]), int(usage["tokens"]), round(usage["seconds"], 2),
         None if usage["lm_seconds"] is None else round(usage["lm_seconds"], 2),
@@ -107,6 +108,12 @@ def run_question(program: dspy.Module, question: Question) -> tuple[dspy.Predict
     lm_seconds = trajectory.lm_seconds if trajectory else None  # only the deep program times its calls
     return prediction, {"lm_calls": usage["lm_calls"], "tokens": usage["prompt_tokens"] + usage["completion_tokens"],
                         "seconds": seconds, "lm_seconds": lm_seconds}
+
+
+def weighted(row: Row, weights: dict[str, float]) -> float:
+    """The row's score under the metric's weights: what `ResearchMetric` gives the run it records."""
+    return weighted_score(AnswerScores(row.em, row.f1, row.contains, row.evidence_recall, row.citation_validity),
+                          weights)
 
 
 def outside_lm_share(rows: list[Row]) -> float | None:

@@ -1,31 +1,30 @@
 """`dspy-rag compile`: optimize the deep program's prompts and demos on a trainset's train split.
 
-The dev split is scored before and after with the same metric; the gain is reported with a paired
-bootstrap interval, so a gain inside noise reads as one. The result is saved as an artifact (atomically,
+The dev split is scored before and after with the same metric (its runs shared with eval through the run
+store); the gain is reported with a paired bootstrap interval, so a gain inside noise reads as one. The result is saved as an artifact (atomically,
 at the very end: an interrupted compile leaves nothing) and one line is appended to the ledger.
 """
 
-import hashlib
-import json
 import time
-from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import dspy
 
-from dspy_rag import artifacts, pipelines, signatures
+from dspy_rag import artifacts
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 from dspy_rag.evals.research_metric import ResearchMetric, example_of
+from dspy_rag.evals.rows import weighted
 from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, paired_delta_ci
-from dspy_rag.files import cache_root
+from dspy_rag.evals.stored_runs import AnswerRuns
 from dspy_rag.ledger import LedgerEntry, append
 from dspy_rag.models import build_lm, usage_since
 from dspy_rag.optimizers.teleprompters import OPTIMIZERS, Optimizer, settings_for
 from dspy_rag.pipelines.programs import build_program
 from dspy_rag.reporter import QUIET, Bars, Reporter
+from dspy_rag.run_store import RunStore, Tally, run_context
 from dspy_rag.tracking import mlflow_run
 from dspy_rag.trainsets.registry import Trainset, load_trainset
 
@@ -100,9 +99,9 @@ class Tracker:
         self.bars.start(label, total)
 
     def __call__(self, example: dspy.Example, prediction: dspy.Prediction | None, score: float) -> None:
-        """One scored run; no prediction when the score came from the cache."""
+        """One scored run; no prediction when the run came from the run store."""
         self.done += 1
-        how = "scored" if prediction is not None else "scored before (cached)"
+        how = "scored" if prediction is not None else "reused from the run store"
         self.bars.advance(f"{self.label}: run {self.done} ({example.id}) {how} {score:.3f}")
         trajectory = getattr(prediction, "trajectory", None)
         if self.phase == "optimize" and trajectory is not None:
@@ -110,55 +109,30 @@ class Tracker:
                                       "trajectory": trajectory.to_json()})
 
 
-class ScoreCache:
-    """Dev scores already measured. Decoding is greedy, so the same prompts and demos on the same model, data,
-    settings and code score the same: a recompile does not pay again for its parent's dev run."""
+class DevRuns:
+    """The dev split's runs through the run store: a program scored before, by a compile or an eval with the same
+    prompts, demos, model, settings and code, is not run again (a recompile does not pay for its parent's dev run)."""
 
-    def __init__(self, path: Path, context: str) -> None:
-        self.path = path
-        self.context = context  # model, settings, trainset content, metric and code: anything that moves a score
-        self.scores: dict[str, float] = {}
-        if path.is_file():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                with suppress(ValueError, KeyError, TypeError):  # a line cut short by a crash is measured again
-                    entry = json.loads(line)
-                    self.scores[entry["key"]] = float(entry["score"])
+    def __init__(self, store: RunStore, config: Config, trainset: Trainset, web: Any, name: str) -> None:
+        self.store, self.config, self.trainset, self.web, self.name = store, config, trainset, web, name
+        self.questions = {q.id: q for q in trainset.questions("dev")}
+        self.tally = Tally()
 
-    def key(self, program: dspy.Module, example: dspy.Example) -> str:
-        state = json.dumps(program.dump_state(), sort_keys=True, default=str)
-        return hashlib.sha256("\0".join((self.context, state, example.id, example.question)).encode()).hexdigest()
-
-    def put(self, key: str, score: float) -> None:
-        self.scores[key] = score
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"key": key, "score": score}) + "\n")
-
-
-# The API calls programs and the reporter shows their progress; they move no score (nor does dspy_rag/cli/).
-NOT_IN_A_RUN = frozenset({"api.py", "reporter.py"})
-
-
-def code_digest() -> str:
-    """The program's own code: a change to a module, signature or tool makes earlier scores stale."""
-    import dspy_rag
-
-    roots = [Path(dspy_rag.__file__).parent, *(Path(m.__file__).parent for m in (pipelines, signatures))]
-    files = sorted(f for root in roots for f in root.glob("*.py") if f.name not in NOT_IN_A_RUN)
-    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
-
-
-def evaluate(program: dspy.Module, examples: list[dspy.Example], metric: ResearchMetric,
-             cache: ScoreCache) -> list[float]:
-    scores = []
-    for example in examples:
-        key = cache.key(program, example)
-        if key in cache.scores:
-            metric.on_score(example, None, cache.scores[key])
-        else:
-            cache.put(key, metric.score(example, program(**example.inputs())))
-        scores.append(cache.scores[key])
-    return scores
+    def scores(self, program: dspy.Module, examples: list[dspy.Example], metric: ResearchMetric) -> list[float]:
+        runs = AnswerRuns(self.store, run_context(program, self.config, self.trainset.name,
+                                                  self.trainset.content_hash, f"deep (compile {self.name})", self.web))
+        scores = []
+        for example in examples:
+            question = self.questions[example.id]
+            run = runs.stored(self.name, question)
+            if run is None:
+                run = runs.run(program, self.name, question)
+                self.tally.run += 1
+            else:
+                self.tally.reused += 1
+            scores.append(weighted(run.row, metric.weights))
+            metric.on_score(example, run.prediction, scores[-1])
+        return scores
 
 
 def gain_text(before: list[float], after: list[float]) -> str:
@@ -180,18 +154,18 @@ class Outcome:
 
 
 def optimize(program: dspy.Module, data: Splits, optimizer: Optimizer, settings: dict[str, Any],
-             metric: ResearchMetric, cache: ScoreCache, teacher: dspy.LM | None, lm: dspy.LM,
+             metric: ResearchMetric, dev: DevRuns, teacher: dspy.LM | None, lm: dspy.LM,
              tracker: Tracker) -> Outcome:
     """Score the dev split, compile on the train split, score the dev split again."""
     tracker.start("before", f"dev before ({len(data.dev)})", len(data.dev))
-    before = evaluate(program, data.dev, metric, cache)
+    before = dev.scores(program, data.dev, metric)
     runs = optimizer.runs(len(data.train), len(data.val), settings)
     tracker.start("optimize", f"optimize ({optimizer.name}, ≤{runs} runs)", None)
     teleprompter = optimizer.build(metric, settings, teacher, lm)
     extra = {"valset": data.val} if data.val else {}
     compiled = teleprompter.compile(program, trainset=data.train, **extra, **optimizer.compile_args(settings))
     tracker.start("after", f"dev after ({len(data.dev)})", len(data.dev))
-    return Outcome(compiled, before, evaluate(compiled, data.dev, metric, cache), tracker.learned_from)
+    return Outcome(compiled, before, dev.scores(compiled, data.dev, metric), tracker.learned_from)
 
 
 def record(folder: Path, outcome: Outcome, manifest: artifacts.Manifest, config: Config, replace: bool) -> None:
@@ -201,7 +175,8 @@ def record(folder: Path, outcome: Outcome, manifest: artifacts.Manifest, config:
         kind="compile", artifact=manifest.name, parent=manifest.parent, model=manifest.model,
         trainset=manifest.trainset, trainset_hash=manifest.trainset_hash, split="dev", metric=manifest.metric,
         score=manifest.dev_after or 0.0, score_before=manifest.dev_before, questions=manifest.dev_questions,
-        optimizer=manifest.optimizer, lm_calls=manifest.lm_calls, tokens=manifest.tokens, seconds=manifest.seconds))
+        optimizer=manifest.optimizer, lm_calls=manifest.lm_calls, tokens=manifest.tokens, seconds=manifest.seconds,
+        reused=manifest.dev_reused))
 
 
 def compile_program(request: CompileRequest, config: Config, reporter: Reporter = QUIET) -> artifacts.Manifest:
@@ -234,9 +209,9 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
             tracked.params({"optimizer": optimizer.name, **settings, "model": model, "teacher": request.teacher,
                             "parent": request.parent, "trainset": trainset.name, "trainset_hash": trainset.content_hash,
                             "metric": metric.name, "train": len(data.train), "dev": len(data.dev)})
-            context = json.dumps([config.masked(), trainset.content_hash, metric.name, code_digest()], default=str)
-            cache = ScoreCache(cache_root() / "compile-scores.jsonl", context)
-            outcome = optimize(program, data, optimizer, settings, metric, cache, teacher, lm, tracker)
+            with RunStore.of(config) as store:
+                dev = DevRuns(store, config, trainset, web, name)
+                outcome = optimize(program, data, optimizer, settings, metric, dev, teacher, lm, tracker)
         before, after = outcome.before, outcome.after
         usage = [usage_since(m, starts[id(m)]) for m in (lm, teacher) if m is not None]
         manifest = artifacts.Manifest(
@@ -249,10 +224,12 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
             parent=request.parent and parent.name, lm_calls=sum(u["lm_calls"] for u in usage),
             tokens=sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage),
             seconds=round(time.perf_counter() - started, 1),
-            dev_scores={e.id: [round(b, 4), round(a, 4)] for e, b, a in zip(data.dev, before, after, strict=True)})
+            dev_scores={e.id: [round(b, 4), round(a, 4)] for e, b, a in zip(data.dev, before, after, strict=True)},
+            dev_reused=dev.tally.reused)
         record(folder, outcome, manifest, config, request.replace)
         tracked.metrics({"dev_before": manifest.dev_before, "dev_after": manifest.dev_after,
                          "lm_calls": manifest.lm_calls, "tokens": manifest.tokens, "seconds": manifest.seconds})
         reporter.say(f"dev ({len(data.dev)} questions) {manifest.dev_before:.3f} → {manifest.dev_after:.3f}, gain "
-            f"{gain_text(before, after)}; {manifest.lm_calls} LM calls, {manifest.seconds:.0f} s; saved {folder}")
+            f"{gain_text(before, after)}; dev runs: {dev.tally.text()}; {manifest.lm_calls} LM calls, "
+            f"{manifest.seconds:.0f} s; saved {folder}")
     return manifest

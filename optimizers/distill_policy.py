@@ -16,7 +16,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -25,15 +25,21 @@ import numpy as np
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 from dspy_rag.reporter import QUIET, Reporter
+from dspy_rag.run_store import RunContext, RunStore, Tally, run_context
 
 if TYPE_CHECKING:  # dspy and scikit-learn cost a second to import, and every CLI command loads this module
+    import dspy
     from sklearn.pipeline import Pipeline
 
+    from dspy_rag.evals.research_metric import ResearchMetric
     from dspy_rag.optimizers.policy_labels import Decision, TracedQuestion
+    from dspy_rag.pipelines.deep import DeepResearch
     from dspy_rag.pipelines.learned_policy import LearnedPolicy
+    from dspy_rag.pipelines.policy_features import Embed
 
 DEFAULT_STEP_COST = 0.02  # a step must raise the score by 2 points (of 100) to be worth its ~5 LM calls
 MAX_FOLDS = 5
+TRACE = "trace"  # the kind of run in the run store: a question researched to the end of its plan, taken apart
 
 
 @dataclass
@@ -178,6 +184,23 @@ def report(policy: LearnedPolicy) -> str:
             f"{policies}")
 
 
+def stored_trace(store: RunStore, context: RunContext, program: DeepResearch, example: dspy.Example,
+                 metric: ResearchMetric, embed: Embed, tally: Tally) -> TracedQuestion:
+    """The question traced to the end of its plan, from the run store when the same trace was made before (its
+    decision points are scored with the metric, so the metric is keyed too)."""
+    from dspy_rag.optimizers.policy_labels import Decision, TracedQuestion, trace_question
+
+    key = context.key(TRACE, example.question, [metric.name, example.short_answer, example.aliases,
+                                                 example.gold_passages, example.gold_sections])
+    if (found := store.get(key)) is not None:
+        tally.reused += 1
+        return TracedQuestion(example.id, [Decision(**d) for d in found["decisions"]], found["final_score"])
+    traced = trace_question(program, example, metric, embed)
+    store.put(key, context, TRACE, example.id, asdict(traced))
+    tally.run += 1
+    return traced
+
+
 def distill_policy(request: DistillRequest, config: Config, reporter: Reporter = QUIET) -> LearnedPolicy:
     """Trace, label, fit and save; returns the policy written into the artifact."""
     import dspy
@@ -185,7 +208,6 @@ def distill_policy(request: DistillRequest, config: Config, reporter: Reporter =
     from dspy_rag import artifacts
     from dspy_rag.evals.research_metric import ResearchMetric, example_of
     from dspy_rag.models import build_lm, usage_since
-    from dspy_rag.optimizers.policy_labels import trace_question
     from dspy_rag.pipelines.policy_features import embed_texts
     from dspy_rag.pipelines.programs import build_program
     from dspy_rag.trainsets.registry import load_trainset
@@ -199,7 +221,8 @@ def distill_policy(request: DistillRequest, config: Config, reporter: Reporter =
     if not examples:
         raise UserError(f"trainset {trainset.name} has no train questions")
     started = time.perf_counter()
-    program = build_program("deep", config, trainset.index(config), trainset.web(config), "plan")
+    web = trainset.web(config)
+    program = build_program("deep", config, trainset.index(config), web, "plan")
     manifest = artifacts.load(folder, program)
     metric = ResearchMetric(manifest.weights)  # the artifact's own: the policy serves what its prompts were tuned for
     reporter.say(f"loading {config.lm.model}; {len(examples)} train questions of {trainset.name}, prompts of {manifest.name}, "
@@ -207,18 +230,21 @@ def distill_policy(request: DistillRequest, config: Config, reporter: Reporter =
     lm = build_lm(config.lm)
     dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
     start, traces = len(lm.history), []
-    with reporter.bars() as bars:
+    context = run_context(program, config, trainset.name, trainset.content_hash, f"deep+{manifest.name}/plan (traced)",
+                          web)
+    tally = Tally()
+    with RunStore.of(config) as store, reporter.bars() as bars:
         bars.start("train questions, researched to the end of their plans", len(examples))
         for example in examples:
-            traces.append(trace_question(program, example, metric, embed_texts))
+            traces.append(stored_trace(store, context, program, example, metric, embed_texts, tally))
             bars.advance(f"{example.id}: {len(traces[-1].decisions)} decision point(s), scores "
                          + ", ".join(f"{s:.2f}" for s in traces[-1].scores))
     usage = usage_since(lm, start)
     policy = fit_policy(traces, request.step_cost, {
         "trainset": trainset.name, "trainset_hash": trainset.content_hash, "artifact": manifest.name,
-        "model": config.lm.model, "metric": metric.name, "lm_calls": usage["lm_calls"],
+        "model": config.lm.model, "metric": metric.name, "lm_calls": usage["lm_calls"], "reused": tally.reused,
         "tokens": usage["prompt_tokens"] + usage["completion_tokens"],
         "seconds": round(time.perf_counter() - started, 1), "created": datetime.now(UTC).isoformat(timespec="seconds")})
-    reporter.say(f"{report(policy)}; saved {policy.save(folder)}")
+    reporter.say(f"{report(policy)}; traced runs: {tally.text()}; saved {policy.save(folder)}")
     return policy
 

@@ -25,6 +25,7 @@ from unittest.mock import patch
 
 import pytest
 
+from dspy_rag import run_store
 from dspy_rag.config import Config, load_config
 from dspy_rag.index import Index
 from dspy_rag.trainsets import locations
@@ -134,11 +135,14 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: st
 
 @pytest.fixture(autouse=True)
 def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No test reads the developer's dspy-rag.yaml or DSPY_RAG_* variables, or logs to their MLflow."""
+    """No test reads the developer's dspy-rag.yaml or DSPY_RAG_* variables, logs to their MLflow or reuses their
+stored runs."""
     for name in list(os.environ):
         if name.startswith("DSPY_RAG_") and name != "DSPY_RAG_CACHE" or name == "MLFLOW_TRACKING_URI":
             monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)
+    # Each test's runs in a store of its own: a run stored by one test would otherwise be reused by the next.
+    monkeypatch.setattr(run_store, "store_path", lambda: tmp_path / "runs.sqlite")
 
 
 def free_port() -> int:
@@ -347,6 +351,25 @@ REPLIES: dict[str, dict[str, Any]] = {
 }
 # The distiller and the reflection are off by default: no notes or finding call.
 CALLS_PER_RUN = len([k for k in REPLIES if k not in ("`context`", "`finding`")])
+
+
+def scripted_lms(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *owners: object) -> list[Any]:
+    """Every LM built through the `build_lm` of the modules in `owners` a DummyLM answering with REPLIES (kept in
+    the list, in the order built); and a dspy-rag.yaml in `tmp_path` with its own artifacts and index, no reranker."""
+    import dspy
+    from dspy.utils import DummyLM
+
+    made: list[DummyLM] = []
+
+    def build_lm(_config: Any) -> DummyLM:
+        made.append(DummyLM(REPLIES, adapter=dspy.JSONAdapter()))
+        return made[-1]
+
+    for owner in owners:
+        monkeypatch.setattr(owner, "build_lm", build_lm)
+    (tmp_path / "dspy-rag.yaml").write_text(f"artifacts: {{path: {tmp_path / 'artifacts'}}}\n"
+                                            f"index: {{path: {tmp_path / 'index'}}}\nretrieval: {{reranker: none}}\n")
+    return made
 
 
 @pytest.fixture()

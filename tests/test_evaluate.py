@@ -10,10 +10,10 @@ import pytest
 from dspy.utils import DummyLM
 from typer.testing import CliRunner
 
-from conftest import REPLIES
-from dspy_rag import models
+from conftest import REPLIES, scripted_lms
+from dspy_rag import models, run_store
 from dspy_rag.cli import app
-from dspy_rag.evals import evaluate
+from dspy_rag.evals import evaluate, stored_runs
 from dspy_rag.evals.rows import Row
 from dspy_rag.ledger import read
 from dspy_rag.pipelines.baseline import BaselineRAG
@@ -22,16 +22,7 @@ from dspy_rag.pipelines.lm_calls import Unparseable
 
 @pytest.fixture()
 def scripted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[DummyLM]:
-    made: list[DummyLM] = []
-
-    def build_lm(_config: Any) -> DummyLM:
-        made.append(DummyLM(REPLIES, adapter=dspy.JSONAdapter()))
-        return made[-1]
-
-    monkeypatch.setattr(models, "build_lm", build_lm)
-    (tmp_path / "dspy-rag.yaml").write_text(f"artifacts: {{path: {tmp_path / 'artifacts'}}}\n"
-                                            f"index: {{path: {tmp_path / 'index'}}}\nretrieval: {{reranker: none}}\n")
-    return made
+    return scripted_lms(monkeypatch, tmp_path, models)
 
 
 def eval_cli(trainset: Path, out: Path, *extra: str) -> Any:
@@ -74,7 +65,7 @@ def test_eval_json_prints_the_results_document_alone_on_stdout(trainset: Path, t
 
 def test_an_interrupted_eval_resumes_where_it_stopped(trainset: Path, tmp_path: Path, scripted: list[DummyLM],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    real = evaluate.run_question
+    real = stored_runs.run_question
     asked: list[str] = []
 
     def interrupted(program: dspy.Module, question: Any) -> Any:
@@ -83,11 +74,11 @@ def test_an_interrupted_eval_resumes_where_it_stopped(trainset: Path, tmp_path: 
         asked.append(question.id)
         return real(program, question)
 
-    monkeypatch.setattr(evaluate, "run_question", interrupted)
+    monkeypatch.setattr(stored_runs, "run_question", interrupted)
     assert eval_cli(trainset, tmp_path / "out").exit_code != 0
     rows = (tmp_path / "out" / "rows.jsonl").read_text().splitlines()
     assert [Row(**json.loads(line)).id for line in rows] == ["q5"]
-    monkeypatch.setattr(evaluate, "run_question", lambda program, question: (asked.append(question.id),
+    monkeypatch.setattr(stored_runs, "run_question", lambda program, question: (asked.append(question.id),
                                                                               real(program, question))[1])
     assert eval_cli(trainset, tmp_path / "out").exit_code == 0
     assert asked == ["q5", "q6"]  # q5 was not asked again
@@ -208,6 +199,8 @@ def test_a_repair_column_runs_again_only_the_questions_with_something_to_repair(
     uncited = {"`rewrites`": {"rewrites": [""]}, **REPLIES,
                "Question:\n": {"short_answer": "forty two flying elephants"}}  # no passage states it: flagged
     monkeypatch.setattr(models, "build_lm", lambda _config: DummyLM(uncited, adapter=dspy.JSONAdapter()))
+    # another scripted model under the same name: a store of its own, or the first one's runs would be reused
+    monkeypatch.setattr(run_store, "store_path", lambda: tmp_path / "other-runs.sqlite")
     result = eval_cli(trainset, tmp_path / "out2", "--with", "repair")
     assert result.exit_code == 0, result.output
     assert repair_calls(tmp_path / "out2") == {"deep@qwen2.5-coder-0.5b": [0, 0],

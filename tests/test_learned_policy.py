@@ -318,6 +318,14 @@ def test_distill_policy_labels_fits_and_saves_into_the_artifact(policy_workspace
     assert (replayed["plan"]["steps"], replayed["llm"]["steps"], replayed["oracle"]["steps"]) == (2, 2, 1.5)
     assert 0 <= summary["cv_accuracy"] <= 1 and summary["artifact"] == "tiny-art" and summary["lm_calls"] > 0
     assert summary["step_cost"] == 0.02 and summary["trainset"] == "tiny"
+    assert "traced runs: 4 run, 0 reused" in result.stderr and summary["reused"] == 0
+    # distilled again (say with another step cost): the traces come from the run store, no LM call is made
+    again = invoke("distill-policy", "--trainset", str(policy_workspace / "tiny.yaml"), "--artifact", "tiny-art",
+                   "--step-cost", "0.05")
+    assert again.returncode == 0, again.stderr
+    assert "traced runs: 0 run, 4 reused from the run store" in again.stderr
+    redone = LearnedPolicy.load(policy_workspace / "artifacts" / "tiny-art").summary
+    assert redone["lm_calls"] == 0 and redone["reused"] == 4 and redone["labels"] == summary["labels"]
 
 
 def test_distill_policy_refuses_what_it_cannot_learn_from(policy_workspace: Path) -> None:

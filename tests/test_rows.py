@@ -7,7 +7,7 @@ from pathlib import Path
 import dspy
 
 from dspy_rag.evals.research_metric import looked_at
-from dspy_rag.evals.rows import EvalSet, Row, cached_rows, score, summarize
+from dspy_rag.evals.rows import Row, cached_rows, score, summarize
 from dspy_rag.pipelines.trajectory import Scored, StepRecord, Trajectory
 from dspy_rag.retrieval import Passage
 from dspy_rag.trainsets.formats import Question
@@ -49,7 +49,7 @@ def test_deep_rows_score_every_passage_the_steps_read() -> None:
                                  draft="It was $15.01 billion [1].", passages=[PASSAGE], trajectory=trajectory)
     question = Question("n1", "Data Center revenue?", "$15.01 billion", gold_sections=("Item 7",))
     usage = {"lm_calls": 7, "tokens": 900, "seconds": 20.0, "lm_seconds": 18.5}
-    scored = score(EvalSet("nvidia-10k", [question], None, None), "deep", question, prediction, usage)  # type: ignore[arg-type]
+    scored = score("nvidia-10k", "deep", question, prediction, usage)
     assert [p.section for p in looked_at(prediction)] == [MDNA]
     assert (scored.contains, scored.evidence_recall, scored.citation_validity) == (1.0, 1.0, 1.0)
     assert scored.em == 0.0 and scored.f1 == 0.8 and scored.steps == 1  # the short answer is what is scored

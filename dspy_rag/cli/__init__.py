@@ -14,6 +14,7 @@ from dspy_rag.cli.inspection import history_command, list_models, show_config, t
 from dspy_rag.cli.learn import compile_command, distill_policy_command, train_reranker_command
 from dspy_rag.cli.mcp import mcp_command
 from dspy_rag.cli.measure import eval_command
+from dspy_rag.cli.runs import runs_app
 from dspy_rag.cli.serve import serve
 from dspy_rag.cli.use import ask, ingest
 from dspy_rag.errors import UserError, exit_with_error
@@ -48,6 +49,7 @@ app.command("train-reranker", rich_help_panel=LEARN)(train_reranker_command)
 app.command("eval", rich_help_panel=MEASURE)(eval_command)
 app.add_typer(bench_app, name="bench", rich_help_panel=MEASURE)
 app.command("history", rich_help_panel=INSPECT)(history_command)
+app.add_typer(runs_app, name="runs", rich_help_panel=INSPECT)
 app.command("trainsets", rich_help_panel=INSPECT)(trainsets_command)
 app.command("models", rich_help_panel=INSPECT)(list_models)
 app.command("config", rich_help_panel=INSPECT)(show_config)
