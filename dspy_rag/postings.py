@@ -127,38 +127,74 @@ def remove(db: sqlite3.Connection, chunks: Iterable[tuple[int, Sequence[str]]]) 
               token_count=_meta(db, "token_count") - sum(length for *_, length in counted))
 
 
+def _contributions(weight: float, frequencies: np.ndarray, lengths: np.ndarray, average: float) -> np.ndarray:
+    """rank-bm25's term score, the term's weight (idf times its count in the query) included."""
+    return weight * (frequencies * (K1 + 1) / (frequencies + K1 * (1 - B + B * lengths / average)))
+
+
+def _blocks(db: sqlite3.Connection, term: int) -> Block:
+    """A term's postings, its blocks joined in order: chunk numbers ascending, as they were assigned."""
+    parts = [_unpack(*row) for row in db.execute(
+        "SELECT chunks, frequencies, lengths FROM postings WHERE term = ? ORDER BY block", (term,))]
+    if len(parts) == 1:
+        return parts[0]
+    return tuple(np.concatenate(arrays) for arrays in zip(*parts, strict=True))  # type: ignore[return-value]
+
+
+def _kth(scores: np.ndarray, k: int) -> float:
+    """The k-th best of `scores`, or 0 when there are fewer."""
+    return float(np.partition(scores, -k)[-k]) if len(scores) >= k else 0.0
+
+
+def _grown(scores: np.ndarray, size: int) -> np.ndarray:
+    return scores if size <= len(scores) else np.concatenate([scores, np.zeros(max(size, 2 * len(scores)) - len(scores))])
+
+
 def search(db: sqlite3.Connection, tokens: Sequence[str], k: int, allowed: np.ndarray | None = None
            ) -> list[tuple[int, float]]:
     """The k best (chunk number, BM25 score) for the query's tokens, best first; ties by chunk number. A token
     repeated in the query counts as often as it is repeated, as in rank-bm25; with `allowed`, only those chunk
-    numbers are searched."""
+    numbers are searched.
+
+    Exact, but pruned (MaxScore): terms are scored in order of their bound, weight * (K1 + 1), which no chunk's
+    score of the term reaches. Once the bounds of the terms left add up to less than the k-th best score so
+    far, a chunk none of the scored terms holds cannot make the k best, so the terms left (a query's common
+    words, with the most postings and the least weight) are only looked up for the chunks that still can.
+    """
     chunk_count, token_count = _meta(db, "chunk_count"), _meta(db, "token_count")
     counts = Counter(tokens)
     if not chunk_count or not counts:
         return []
     average = token_count / chunk_count
-    numbers, contributions = [], []
-    for term_id, term, documents in db.execute(
-            f"SELECT id, term, documents FROM terms WHERE documents > 0 AND term IN ({marks(len(counts))})",
-            list(counts)).fetchall():
-        weight = lucene_idf(chunk_count, documents) * counts[term]
-        for row in db.execute("SELECT chunks, frequencies, lengths FROM postings WHERE term = ?", (term_id,)):
-            chunks, frequencies, lengths = _unpack(*row)
-            numbers.append(chunks)
-            contributions.append(weight * (frequencies * (K1 + 1)
-                                           / (frequencies + K1 * (1 - B + B * lengths / average))))
-    if not numbers:
-        return []
-    chunks = np.concatenate(numbers)
-    scores = np.bincount(chunks, weights=np.concatenate(contributions))
-    if len(dead := _dead(db)):
-        scores[dead[dead < len(scores)]] = 0.0
-    if allowed is not None:
-        inside = np.zeros(len(scores), bool)
-        inside[allowed[allowed < len(scores)]] = True
-        scores[~inside] = 0.0
-    candidates = np.flatnonzero(scores > 0)
+    weights = sorted(((lucene_idf(chunk_count, documents) * counts[term], term_id) for term_id, term, documents in
+                      db.execute(f"SELECT id, term, documents FROM terms WHERE documents > 0 AND term IN "
+                                 f"({marks(len(counts))})", list(counts))), reverse=True)
+    # With a margin for rounding: a bound must stay above what the floats can sum to.
+    left = np.cumsum([weight * (K1 + 1) * (1 + 1e-9) for weight, _ in weights][::-1])[::-1].tolist() + [0.0]
+    dead = _dead(db)
+
+    def admitted(numbers: np.ndarray) -> np.ndarray:
+        if len(dead):
+            numbers = numbers[~np.isin(numbers, dead)]
+        return numbers if allowed is None else numbers[np.isin(numbers, allowed)]
+
+    scores, candidates, threshold, scored = np.zeros(0), np.zeros(0, np.int64), 0.0, 0
+    for weight, term in weights:
+        if left[scored] < threshold:
+            break
+        chunks, frequencies, lengths = _blocks(db, term)
+        scores = _grown(scores, int(chunks[-1]) + 1)
+        scores[chunks] += _contributions(weight, frequencies, lengths, average)
+        candidates = admitted(np.flatnonzero(scores))
+        threshold, scored = _kth(scores[candidates], k), scored + 1
+    candidates = candidates[scores[candidates] + left[scored] >= threshold]
+    for weight, term in weights[scored:]:
+        chunks, frequencies, lengths = _blocks(db, term)
+        at = np.minimum(np.searchsorted(chunks, candidates), len(chunks) - 1)
+        found = chunks[at] == candidates
+        at = at[found]
+        scores[candidates[found]] += _contributions(weight, frequencies[at], lengths[at], average)
     if len(candidates) > k:  # those at least as good as the k-th best, ties included
-        candidates = candidates[scores[candidates] >= np.partition(scores[candidates], -k)[-k]]
+        candidates = candidates[scores[candidates] >= _kth(scores[candidates], k)]
     best = candidates[np.lexsort((candidates, -scores[candidates]))][:k]
     return [(int(n), float(scores[n])) for n in best]

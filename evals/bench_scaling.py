@@ -42,12 +42,13 @@ SCALING_TOP_K = 20
 FILE_CHUNKS = 1000
 PAGE = 4096  # SQLite's page size, the unit a commit writes
 
-# A reader process: open the index as `ask` does, then one keyword and one vector retrieval. Its peak memory is
-# read from /proc (VmHWM): a child's getrusage maximum starts from its parent's on Linux.
+# A reader process: import the CLI and open the index as `ask` does, then one keyword and one vector retrieval.
+# Its peak memory is read from /proc (VmHWM): a child's getrusage maximum starts from its parent's on Linux.
 READER = """
 import json, re, sys, time
 from pathlib import Path
 import numpy as np
+import dspy_rag.cli  # what `ask` imports before it opens the index: every command's module
 from dspy_rag.config import load_config
 from dspy_rag.index import Index
 index = Index(load_config(overrides={"index.path": sys.argv[1]}, environ={})).require()
