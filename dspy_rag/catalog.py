@@ -43,7 +43,7 @@ CHUNK = "id, source, section, start, stop, text"
 SOURCE = "source, sha256, kind, chunks, sections, ingested_at"
 # Chunk numbers are never reused (AUTOINCREMENT): the keyword index lists removed ones as dead.
 BATCH = 10_000  # bound values per statement, below SQLite's limit
-MAPPED = 1 << 31  # bytes of the database a reader maps, SQLite's own ceiling by default
+CACHE_KB = 128 * 1024  # a reader's page cache at most
 
 
 def _chunk(row: Sequence[Any]) -> Chunk:
@@ -56,10 +56,11 @@ def _source(row: Sequence[Any]) -> tuple[str, dict[str, Any]]:
                     "ingested_at": ingested_at}
 
 
-def _mapped(db: sqlite3.Connection) -> sqlite3.Connection:
-    """A reader's connection reading the file through a memory map: a query's postings, megabytes of them in a
-    large index, are then read in place rather than a page per system call."""
-    db.execute(f"PRAGMA mmap_size = {MAPPED}")
+def _cached(db: sqlite3.Connection) -> sqlite3.Connection:
+    """A reader's connection with a page cache that holds the postings of a query's common words: with SQLite's
+    default of 2 MB, a query at 100,000 chunks reads megabytes of them from the file again each time (5 ms of a
+    query's CPU, against 1 ms with them cached). The cache grows only with what was read."""
+    db.execute(f"PRAGMA cache_size = -{CACHE_KB}")
     return db
 
 
@@ -115,12 +116,12 @@ class Catalog:
         try:
             db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None, timeout=60, check_same_thread=False)
             db.execute("SELECT 1 FROM meta LIMIT 1")
-            return _mapped(db)
+            return _cached(db)
         except sqlite3.OperationalError:
             if os.access(self.root, os.W_OK) or self.path.with_name(DATABASE + "-wal").exists():
                 raise
         # A folder nobody can write holds no writer either: the database cannot change while it is read.
-        return _mapped(sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False))
+        return _cached(sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False))
 
     def _check(self, embedding_model: str) -> None:
         if self.meta("format") != FORMAT:

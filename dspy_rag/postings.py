@@ -132,13 +132,11 @@ def _contributions(weight: float, frequencies: np.ndarray, lengths: np.ndarray, 
     return weight * (frequencies * (K1 + 1) / (frequencies + K1 * (1 - B + B * lengths / average)))
 
 
-def _blocks(db: sqlite3.Connection, term: int) -> Block:
-    """A term's postings, its blocks joined in order: chunk numbers ascending, as they were assigned."""
-    parts = [_unpack(*row) for row in db.execute(
+def _blocks(db: sqlite3.Connection, term: int) -> list[Block]:
+    """A term's postings blocks, oldest first: chunk numbers ascend within a block and from one to the next, as
+    chunk numbers were assigned."""
+    return [_unpack(*row) for row in db.execute(
         "SELECT chunks, frequencies, lengths FROM postings WHERE term = ? ORDER BY block", (term,))]
-    if len(parts) == 1:
-        return parts[0]
-    return tuple(np.concatenate(arrays) for arrays in zip(*parts, strict=True))  # type: ignore[return-value]
 
 
 def _kth(scores: np.ndarray, k: int) -> float:
@@ -146,8 +144,17 @@ def _kth(scores: np.ndarray, k: int) -> float:
     return float(np.partition(scores, -k)[-k]) if len(scores) >= k else 0.0
 
 
-def _grown(scores: np.ndarray, size: int) -> np.ndarray:
-    return scores if size <= len(scores) else np.concatenate([scores, np.zeros(max(size, 2 * len(scores)) - len(scores))])
+def _searched(size: int, dead: np.ndarray, allowed: np.ndarray | None) -> np.ndarray | None:
+    """Which of the chunk numbers below `size` a search may return, or None for all: not the dead, and with
+    `allowed`, only those."""
+    if not len(dead) and allowed is None:
+        return None
+    searched = np.ones(size, bool)
+    if allowed is not None:
+        searched[:] = False
+        searched[allowed[allowed < size]] = True
+    searched[dead[dead < size]] = False
+    return searched
 
 
 def search(db: sqlite3.Connection, tokens: Sequence[str], k: int, allowed: np.ndarray | None = None
@@ -166,34 +173,32 @@ def search(db: sqlite3.Connection, tokens: Sequence[str], k: int, allowed: np.nd
     if not chunk_count or not counts:
         return []
     average = token_count / chunk_count
-    weights = sorted(((lucene_idf(chunk_count, documents) * counts[term], term_id) for term_id, term, documents in
-                      db.execute(f"SELECT id, term, documents FROM terms WHERE documents > 0 AND term IN "
-                                 f"({marks(len(counts))})", list(counts))), reverse=True)
+    terms = sorted(((lucene_idf(chunk_count, documents) * counts[term], term_id) for term_id, term, documents in
+                    db.execute(f"SELECT id, term, documents FROM terms WHERE documents > 0 AND term IN "
+                               f"({marks(len(counts))})", list(counts))), reverse=True)
+    if not terms:
+        return []
+    weights, blocks = [weight for weight, _ in terms], [_blocks(db, term) for _, term in terms]
     # With a margin for rounding: a bound must stay above what the floats can sum to.
-    left = np.cumsum([weight * (K1 + 1) * (1 + 1e-9) for weight, _ in weights][::-1])[::-1].tolist() + [0.0]
-    dead = _dead(db)
-
-    def admitted(numbers: np.ndarray) -> np.ndarray:
-        if len(dead):
-            numbers = numbers[~np.isin(numbers, dead)]
-        return numbers if allowed is None else numbers[np.isin(numbers, allowed)]
-
-    scores, candidates, threshold, scored = np.zeros(0), np.zeros(0, np.int64), 0.0, 0
-    for weight, term in weights:
-        if left[scored] < threshold:
-            break
-        chunks, frequencies, lengths = _blocks(db, term)
-        scores = _grown(scores, int(chunks[-1]) + 1)
-        scores[chunks] += _contributions(weight, frequencies, lengths, average)
-        candidates = admitted(np.flatnonzero(scores))
+    left = np.cumsum([weight * (K1 + 1) * (1 + 1e-9) for weight in weights][::-1])[::-1].tolist() + [0.0]
+    size = max(int(parts[-1][0][-1]) for parts in blocks) + 1
+    scores, seen = np.zeros(size), np.zeros(size, bool)
+    searchable = _searched(size, _dead(db), allowed)
+    candidates, threshold, scored = np.zeros(0, np.int64), 0.0, 0
+    while scored < len(terms) and left[scored] >= threshold:
+        for chunks, frequencies, lengths in blocks[scored]:
+            scores[chunks] += _contributions(weights[scored], frequencies, lengths, average)
+            seen[chunks] = True
+        candidates = np.flatnonzero(seen if searchable is None else seen & searchable)
         threshold, scored = _kth(scores[candidates], k), scored + 1
-    candidates = candidates[scores[candidates] + left[scored] >= threshold]
-    for weight, term in weights[scored:]:
-        chunks, frequencies, lengths = _blocks(db, term)
-        at = np.minimum(np.searchsorted(chunks, candidates), len(chunks) - 1)
-        found = chunks[at] == candidates
-        at = at[found]
-        scores[candidates[found]] += _contributions(weight, frequencies[at], lengths[at], average)
+    for term in range(scored, len(terms)):
+        candidates = candidates[scores[candidates] + left[term] >= threshold]  # those that can still make it
+        for chunks, frequencies, lengths in blocks[term]:
+            inside = candidates[np.searchsorted(candidates, chunks[0]) : np.searchsorted(candidates, chunks[-1], "right")]
+            at = np.minimum(np.searchsorted(chunks, inside), len(chunks) - 1)
+            found = chunks[at] == inside
+            scores[inside[found]] += _contributions(weights[term], frequencies[at[found]], lengths[at[found]], average)
+        threshold = _kth(scores[candidates], k)
     if len(candidates) > k:  # those at least as good as the k-th best, ties included
         candidates = candidates[scores[candidates] >= _kth(scores[candidates], k)]
     best = candidates[np.lexsort((candidates, -scores[candidates]))][:k]
