@@ -57,9 +57,9 @@ def _source(row: Sequence[Any]) -> tuple[str, dict[str, Any]]:
 
 
 def _cached(db: sqlite3.Connection) -> sqlite3.Connection:
-    """A reader's connection with a page cache that holds the postings of a query's common words: with SQLite's
-    default of 2 MB, a query at 100,000 chunks reads megabytes of them from the file again each time (5 ms of a
-    query's CPU, against 1 ms with them cached). The cache grows only with what was read."""
+    """A reader's connection with a page cache that holds the postings of the common words queries share: with
+    SQLite's default of 2 MB, a query at 100,000 chunks reads megabytes of them from the file again each time
+    (reading a query's postings again took 5 ms of CPU, against 1 ms cached). It grows only with what is read."""
     db.execute(f"PRAGMA cache_size = -{CACHE_KB}")
     return db
 
