@@ -68,8 +68,9 @@ def test_scores_and_recall_match_rank_bm25_on_the_real_sets(shared_data: Path, t
         tokens = tokenize(question.question)
         ours = catalog.keyword_search(tokens, 20)
         scores = bm25.get_scores(tokens)
-        theirs = [(chunks[i], float(scores[i])) for i in np.argsort(-scores, kind="stable")[:20] if scores[i] > 0]
+        theirs = ranked(scores, chunks, 20)
         assert_same(ours, theirs)
+        assert_same(catalog.keyword_search(tokens, 3), ranked(scores, chunks, 3))  # pruned the more, the smaller k
         gold = set(question.gold_passages)
         ours_recall.append(recall_at([c.source for c, _ in ours], gold, K))
         their_recall.append(recall_at([c.source for c, _ in theirs], gold, K))
