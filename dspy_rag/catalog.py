@@ -43,6 +43,7 @@ CHUNK = "id, source, section, start, stop, text"
 SOURCE = "source, sha256, kind, chunks, sections, ingested_at"
 # Chunk numbers are never reused (AUTOINCREMENT): the keyword index lists removed ones as dead.
 BATCH = 10_000  # bound values per statement, below SQLite's limit
+CACHE_KB = 128 * 1024  # a reader's page cache at most
 
 
 def _chunk(row: Sequence[Any]) -> Chunk:
@@ -53,6 +54,14 @@ def _source(row: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     source, sha256, kind, chunks, sections, ingested_at = row
     return source, {"sha256": sha256, "kind": kind, "chunks": chunks, "sections": json.loads(sections),
                     "ingested_at": ingested_at}
+
+
+def _cached(db: sqlite3.Connection) -> sqlite3.Connection:
+    """A reader's connection with a page cache that holds the postings of the common words queries share: with
+    SQLite's default of 2 MB, a query at 100,000 chunks reads megabytes of them from the file again each time
+    (reading a query's postings again took 5 ms of CPU, against 1 ms cached). It grows only with what is read."""
+    db.execute(f"PRAGMA cache_size = -{CACHE_KB}")
+    return db
 
 
 def _fresh(db: sqlite3.Connection, meta: dict[str, Any]) -> sqlite3.Connection:
@@ -107,12 +116,12 @@ class Catalog:
         try:
             db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None, timeout=60, check_same_thread=False)
             db.execute("SELECT 1 FROM meta LIMIT 1")
-            return db
+            return _cached(db)
         except sqlite3.OperationalError:
             if os.access(self.root, os.W_OK) or self.path.with_name(DATABASE + "-wal").exists():
                 raise
         # A folder nobody can write holds no writer either: the database cannot change while it is read.
-        return sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
+        return _cached(sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False))
 
     def _check(self, embedding_model: str) -> None:
         if self.meta("format") != FORMAT:
@@ -187,10 +196,13 @@ class Catalog:
 
     def sample(self, size: int) -> list[str]:
         """Up to `size` chunk ids spread over the catalog."""
-        step = max(1, self.count() // size)
-        return [i for (i,) in self._db.execute(
-            "SELECT id FROM (SELECT id, row_number() OVER (ORDER BY n) AS r FROM chunks) WHERE (r - 1) % ? = 0 LIMIT ?",
-            (step, size))]
+        first, last = self._db.execute("SELECT min(n), max(n) FROM chunks").fetchone()
+        if first is None:
+            return []
+        # A seek per sample on the chunk numbers, not a scan of every chunk's row (its text with it).
+        found = (self._db.execute("SELECT id FROM chunks WHERE n >= ? ORDER BY n LIMIT 1", (int(n),)).fetchone()
+                 for n in np.unique(np.linspace(first, last, size).round()))
+        return list(dict.fromkeys(row[0] for row in found if row))
 
     def chunks(self, ids: Sequence[str]) -> dict[str, Chunk]:
         """The committed chunks among `ids`, by id."""

@@ -127,38 +127,79 @@ def remove(db: sqlite3.Connection, chunks: Iterable[tuple[int, Sequence[str]]]) 
               token_count=_meta(db, "token_count") - sum(length for *_, length in counted))
 
 
+def _contributions(weight: float, frequencies: np.ndarray, lengths: np.ndarray, average: float) -> np.ndarray:
+    """rank-bm25's term score, the term's weight (idf times its count in the query) included."""
+    return weight * (frequencies * (K1 + 1) / (frequencies + K1 * (1 - B + B * lengths / average)))
+
+
+def _blocks(db: sqlite3.Connection, term: int) -> list[Block]:
+    """A term's postings blocks, oldest first: chunk numbers ascend within a block and from one to the next, as
+    chunk numbers were assigned."""
+    return [_unpack(*row) for row in db.execute(
+        "SELECT chunks, frequencies, lengths FROM postings WHERE term = ? ORDER BY block", (term,))]
+
+
+def _kth(scores: np.ndarray, k: int) -> float:
+    """The k-th best of `scores`, or 0 when there are fewer."""
+    return float(np.partition(scores, -k)[-k]) if len(scores) >= k else 0.0
+
+
+def _searched(size: int, dead: np.ndarray, allowed: np.ndarray | None) -> np.ndarray | None:
+    """Which of the chunk numbers below `size` a search may return, or None for all: not the dead, and with
+    `allowed`, only those."""
+    if not len(dead) and allowed is None:
+        return None
+    searched = np.ones(size, bool)
+    if allowed is not None:
+        searched[:] = False
+        searched[allowed[allowed < size]] = True
+    searched[dead[dead < size]] = False
+    return searched
+
+
 def search(db: sqlite3.Connection, tokens: Sequence[str], k: int, allowed: np.ndarray | None = None
            ) -> list[tuple[int, float]]:
     """The k best (chunk number, BM25 score) for the query's tokens, best first; ties by chunk number. A token
     repeated in the query counts as often as it is repeated, as in rank-bm25; with `allowed`, only those chunk
-    numbers are searched."""
+    numbers are searched.
+
+    Exact, but pruned (MaxScore): terms are scored in order of their bound, weight * (K1 + 1), which no chunk's
+    score of the term reaches. Once the bounds of the terms left add up to less than the k-th best score so
+    far, a chunk none of the scored terms holds cannot make the k best, so the terms left (a query's common
+    words, with the most postings and the least weight) are only looked up for the chunks that still can.
+    """
     chunk_count, token_count = _meta(db, "chunk_count"), _meta(db, "token_count")
     counts = Counter(tokens)
     if not chunk_count or not counts:
         return []
     average = token_count / chunk_count
-    numbers, contributions = [], []
-    for term_id, term, documents in db.execute(
-            f"SELECT id, term, documents FROM terms WHERE documents > 0 AND term IN ({marks(len(counts))})",
-            list(counts)).fetchall():
-        weight = lucene_idf(chunk_count, documents) * counts[term]
-        for row in db.execute("SELECT chunks, frequencies, lengths FROM postings WHERE term = ?", (term_id,)):
-            chunks, frequencies, lengths = _unpack(*row)
-            numbers.append(chunks)
-            contributions.append(weight * (frequencies * (K1 + 1)
-                                           / (frequencies + K1 * (1 - B + B * lengths / average))))
-    if not numbers:
+    terms = sorted(((lucene_idf(chunk_count, documents) * counts[term], term_id) for term_id, term, documents in
+                    db.execute(f"SELECT id, term, documents FROM terms WHERE documents > 0 AND term IN "
+                               f"({marks(len(counts))})", list(counts))), reverse=True)
+    if not terms:
         return []
-    chunks = np.concatenate(numbers)
-    scores = np.bincount(chunks, weights=np.concatenate(contributions))
-    if len(dead := _dead(db)):
-        scores[dead[dead < len(scores)]] = 0.0
-    if allowed is not None:
-        inside = np.zeros(len(scores), bool)
-        inside[allowed[allowed < len(scores)]] = True
-        scores[~inside] = 0.0
-    candidates = np.flatnonzero(scores > 0)
+    weights, blocks = [weight for weight, _ in terms], [_blocks(db, term) for _, term in terms]
+    # With a margin for rounding: a bound must stay above what the floats can sum to.
+    left = np.cumsum([weight * (K1 + 1) * (1 + 1e-9) for weight in weights][::-1])[::-1].tolist() + [0.0]
+    size = max(int(parts[-1][0][-1]) for parts in blocks) + 1
+    scores, seen = np.zeros(size), np.zeros(size, bool)
+    searchable = _searched(size, _dead(db), allowed)
+    candidates, threshold, scored = np.zeros(0, np.int64), 0.0, 0
+    while scored < len(terms) and left[scored] >= threshold:
+        for chunks, frequencies, lengths in blocks[scored]:
+            scores[chunks] += _contributions(weights[scored], frequencies, lengths, average)
+            seen[chunks] = True
+        candidates = np.flatnonzero(seen if searchable is None else seen & searchable)
+        threshold, scored = _kth(scores[candidates], k), scored + 1
+    for term in range(scored, len(terms)):
+        candidates = candidates[scores[candidates] + left[term] >= threshold]  # those that can still make it
+        for chunks, frequencies, lengths in blocks[term]:
+            inside = candidates[np.searchsorted(candidates, chunks[0]) : np.searchsorted(candidates, chunks[-1], "right")]
+            at = np.minimum(np.searchsorted(chunks, inside), len(chunks) - 1)
+            found = chunks[at] == inside
+            scores[inside[found]] += _contributions(weights[term], frequencies[at[found]], lengths[at[found]], average)
+        threshold = _kth(scores[candidates], k)
     if len(candidates) > k:  # those at least as good as the k-th best, ties included
-        candidates = candidates[scores[candidates] >= np.partition(scores[candidates], -k)[-k]]
+        candidates = candidates[scores[candidates] >= _kth(scores[candidates], k)]
     best = candidates[np.lexsort((candidates, -scores[candidates]))][:k]
     return [(int(n), float(scores[n])) for n in best]

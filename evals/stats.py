@@ -6,7 +6,6 @@ same scores always print the same interval."""
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from scipy.stats import bootstrap
 
 LEVEL = 0.95
 RESAMPLES = 9999
@@ -48,6 +47,8 @@ def _bca(per_question: np.ndarray, data: tuple[Sequence[float], ...], statistic:
     if np.allclose(per_question, per_question.mean(), rtol=0, atol=SAME_SCORE):
         point = float(per_question.mean())
         return point, point
+    from scipy.stats import bootstrap  # here: scipy.stats takes ~1 s to import, and every CLI command imports this
+
     interval = bootstrap(data, statistic, paired=paired, vectorized=True, confidence_level=LEVEL,
                          n_resamples=RESAMPLES, method="BCa", rng=SEED).confidence_interval
     return float(interval.low), float(interval.high)

@@ -119,3 +119,17 @@ def test_a_json_catalog_with_a_field_the_tables_refuse_is_refused_and_left_as_it
         with pytest.raises(UserError, match="damaged"):
             Catalog(folder, MODEL, writer=writer)
     assert tree(folder) == before
+
+
+def test_a_sample_spreads_over_the_committed_chunks_across_the_gaps_removals_leave(tmp_path: Path) -> None:
+    catalog = Catalog(tmp_path, MODEL, writer=True)
+    for source in ("a", "b", "c"):
+        with catalog.transaction():
+            catalog.replace(source, "sha", "text", [Chunk(f"{source}{n}", source, "Notes", 0, 4, f"word {n}")
+                                                    for n in range(100)])
+    with catalog.transaction():
+        catalog.forget("b")
+    sample = catalog.sample(10)
+    assert len(sample) == len(set(sample)) >= 6 and set(sample) <= catalog.ids()
+    assert {"a0", "c99"} <= set(sample) and {i[0] for i in sample} == {"a", "c"}
+    assert catalog.sample(1000) == sorted(catalog.ids(), key=lambda i: (i[0], int(i[1:])))

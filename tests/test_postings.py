@@ -10,6 +10,7 @@ from dspy_rag.catalog import Catalog
 from dspy_rag.chunking import Chunk, chunk_document
 from dspy_rag.documents import Document, Section
 from dspy_rag.evals.bench_retrieval import recall_at
+from dspy_rag.evals.bench_scaling import random_texts, vocabulary
 from dspy_rag.tokenizer import tokenize
 from dspy_rag.trainsets.corpus_index import corpus_documents
 from dspy_rag.trainsets.registry import load_trainset
@@ -67,8 +68,9 @@ def test_scores_and_recall_match_rank_bm25_on_the_real_sets(shared_data: Path, t
         tokens = tokenize(question.question)
         ours = catalog.keyword_search(tokens, 20)
         scores = bm25.get_scores(tokens)
-        theirs = [(chunks[i], float(scores[i])) for i in np.argsort(-scores, kind="stable")[:20] if scores[i] > 0]
+        theirs = ranked(scores, chunks, 20)
         assert_same(ours, theirs)
+        assert_same(catalog.keyword_search(tokens, 3), ranked(scores, chunks, 3))  # pruned the more, the smaller k
         gold = set(question.gold_passages)
         ours_recall.append(recall_at([c.source for c, _ in ours], gold, K))
         their_recall.append(recall_at([c.source for c, _ in theirs], gold, K))
@@ -92,3 +94,37 @@ def test_replacing_and_removing_sources_scores_as_a_fresh_build_of_what_is_left(
         assert_same(catalog.keyword_search(tokens, 5), reference(chunks, tokens, 5))
         assert_same(catalog.keyword_search(tokens, 5, ("Sales",)), reference(chunks, tokens, 5, ("Sales",)))
     assert catalog.keyword_search(tokenize("norway"), 5) == []  # only in the source removed
+
+
+def zipf_chunks(rng: np.random.Generator, words: np.ndarray, source: str, first: int, count: int) -> list[Chunk]:
+    """Chunks of Zipf-distributed words, in two sections: a few words in nearly every chunk, most in few."""
+    return [Chunk(f"{source}-{first + n}", source, ("Sales", "Risks")[n % 2], 0, len(text), text)
+            for n, text in enumerate(random_texts(rng, words, count, 60))]
+
+
+def ranked(scores: np.ndarray, chunks: list[Chunk], k: int) -> Ranking:
+    """The top k of every chunk's score, ties in the order ingested."""
+    return [(chunks[i], float(scores[i])) for i in np.argsort(-scores, kind="stable")[:k] if scores[i] > 0]
+
+
+def test_pruned_search_ranks_as_rank_bm25_with_common_words_removed_chunks_and_sections(tmp_path: Path) -> None:
+    """Queries of common words, whose terms the search skips over for most chunks, and rare ones, at several k:
+    the same top k and scores as scoring every chunk, also with dead postings and a section filter."""
+    rng = np.random.default_rng(7)
+    words = vocabulary(rng)[:800]
+    catalog = Catalog(tmp_path, MODEL, writer=True)
+    for source in ("a", "b", "c"):
+        with catalog.transaction():
+            catalog.replace(source, "sha", "text", zipf_chunks(rng, words, source, 0, 500))
+    with catalog.transaction():  # postings of the chunks it superseded stay in their blocks, dead
+        catalog.replace("b", "sha2", "text", zipf_chunks(rng, words, "b", 500, 250))
+    chunks = list(catalog.every_chunk())
+    bm25 = LuceneBM25([tokenize(c.indexed_text) for c in chunks])
+    risks = np.array([c.section == "Risks" for c in chunks])
+    for size in (1, 2, 4, 8, 12):
+        for query in random_texts(rng, words, 8, size):
+            tokens = tokenize(query)
+            scores = bm25.get_scores(tokens)
+            for k in (1, 5, 20):
+                assert_same(catalog.keyword_search(tokens, k), ranked(scores, chunks, k))
+                assert_same(catalog.keyword_search(tokens, k, ("Risks",)), ranked(np.where(risks, scores, 0.0), chunks, k))
