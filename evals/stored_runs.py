@@ -37,9 +37,10 @@ class AnswerRuns:
                                                             question.gold_passages, question.gold_sections])
 
     def stored(self, label: str, question: Question) -> StoredRun | None:
-        """The run made before, under this set's name, label and question id; None when there is none."""
+        """The run made before, under this set's name, label and question id; None when there is none, or when
+        it lacks the inputs its ragas scores are computed from."""
         found = self.store.get(self.key(question))
-        if found is None:
+        if found is None or not found["row"].get("ragas_inputs"):
             return None
         row = Row(**{**found["row"], "set": self.context.set_name, "pipeline": label, "id": question.id})
         return StoredRun(row, found["trajectory"], reused=True)

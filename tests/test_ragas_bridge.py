@@ -2,6 +2,7 @@
 columns of `dspy-rag eval` (scripted LMs), and one judge run against llama.cpp's OpenAI-compatible server (slow)."""
 
 import json
+import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from conftest import REPLIES, free_port, running_server
 from dspy_rag import models
 from dspy_rag.cli import measure
 from dspy_rag.config import LMConfig
-from dspy_rag.evals import evaluate
+from dspy_rag.evals import stored_runs
 from dspy_rag.evals.ragas_bridge import (
     JUDGED_METRICS,
     Judge,
@@ -253,9 +254,9 @@ def test_eval_reports_the_ragas_columns_and_the_judge_failures(sectioned_trainse
 def test_a_judge_reasks_only_the_rows_it_did_not_judge(sectioned_trainset: Path, tmp_path: Path,
                                                        scripted: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[str] = []
-    real = evaluate.run_question
-    monkeypatch.setattr(evaluate, "run_question", lambda program, question: (asked.append(question.id),
-                                                                              real(program, question))[1])
+    real = stored_runs.run_question
+    monkeypatch.setattr(stored_runs, "run_question", lambda program, question: (asked.append(question.id),
+                                                                                real(program, question))[1])
     assert eval_cli(sectioned_trainset, tmp_path / "out").exit_code == 0
     without = json.loads((tmp_path / "out" / "results.json").read_text())["columns"]["deep@qwen2.5-coder-0.5b"]
     assert "faithfulness" not in without["ragas"]
@@ -270,13 +271,15 @@ def test_a_judge_reasks_only_the_rows_it_did_not_judge(sectioned_trainset: Path,
 def test_rows_cached_without_their_ragas_inputs_are_run_again_for_a_judge(
         sectioned_trainset: Path, tmp_path: Path, scripted: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[str] = []
-    real = evaluate.run_question
-    monkeypatch.setattr(evaluate, "run_question", lambda program, question: (asked.append(question.id),
-                                                                              real(program, question))[1])
+    real = stored_runs.run_question
+    monkeypatch.setattr(stored_runs, "run_question", lambda program, question: (asked.append(question.id),
+                                                                                real(program, question))[1])
     assert eval_cli(sectioned_trainset, tmp_path / "out").exit_code == 0
-    rows = tmp_path / "out" / "rows.jsonl"
-    older = [{**json.loads(line), "ragas_inputs": None} for line in rows.read_text().splitlines()]
-    rows.write_text("".join(json.dumps(row) + "\n" for row in older))
+    with sqlite3.connect(tmp_path / "runs.sqlite") as db:  # runs stored before rows kept their ragas inputs
+        for key, payload in db.execute("SELECT key, payload FROM runs").fetchall():
+            older = json.loads(payload)
+            older["row"]["ragas_inputs"] = None
+            db.execute("UPDATE runs SET payload = ? WHERE key = ?", (json.dumps(older), key))
     assert eval_cli(sectioned_trainset, tmp_path / "out", "--judge", JUDGE).exit_code == 0
     assert asked == ["q5", "q6", "q5", "q6"]
 

@@ -31,6 +31,7 @@ from conftest import (
 )
 from dspy_rag.config import load_config
 from dspy_rag.index import Index
+from dspy_rag.server.runs import Run
 
 QUESTION = "What was NVIDIA's Data Center revenue in fiscal 2023?"
 TOKEN = "tok-9f2c71e0a4b8d35e"
@@ -336,13 +337,19 @@ def test_waiting_runs_are_told_their_place_in_the_line(served: str, fake_lm: Fak
 
 
 def test_a_client_that_leaves_cancels_its_run_at_the_next_step(served: str, fake_lm: FakeLM,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+                                                                caplog: pytest.LogCaptureFixture,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     fake_lm.hold_after = 1  # the plan is made; the next call waits until released
     caplog.set_level(logging.INFO, "dspy_rag.server")
+    seen_leaving = threading.Event()
+    cancel = Run.cancel
+    monkeypatch.setattr(Run, "cancel", lambda run: (cancel(run), seen_leaving.set())[0])
     with httpx.stream("POST", served + "/v1/research", json={"question": QUESTION}, timeout=60) as response:
         for kind, _ in sse(response.iter_lines()):
             if kind == "plan":
                 break
+    # The server notices the closed connection in its own time; only then may the held call answer.
+    assert seen_leaving.wait(30), "the server did not notice the client leave"
     fake_lm.release.set()  # the held call answers; the run meets its next step and stops there
     deadline = time.monotonic() + 30
     while not any("cancelled" in r.message for r in caplog.records):
