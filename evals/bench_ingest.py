@@ -77,8 +77,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit-mb", type=float, default=20.0, help="size of the plain-text file in MB")
     parser.add_argument("--only", default=",".join(INPUTS), help=f"inputs to ingest, of {','.join(INPUTS)}")
-    parser.add_argument("--label", default="", help="what this run measures (e.g. before, after)")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the figures to this JSON file")
+    parser.add_argument("--label", default="run", help="what this run measures (e.g. before, after)")
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help="add the figures under --label to this JSON file (other labels' runs are kept)")
     args = parser.parse_args(argv)
     wanted = [name for name in args.only.split(",") if name]
     if unknown := set(wanted) - set(INPUTS):
@@ -95,12 +96,13 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name}: {row['file_mb']} MB, {row['chunks']} chunks in {row['seconds']:.1f} s "
                   f"({row['chunks_per_s']:.1f} chunks/s), {row['cpu_seconds']:.0f} CPU s, {row['peak_rss_mb']:.0f} MB peak",
                   flush=True)
-    figures = {"label": args.label, "measured": datetime.now(UTC).isoformat(timespec="seconds"),
+    figures = {"measured": datetime.now(UTC).isoformat(timespec="seconds"), "text_mb": args.limit_mb,
                "machine": {"cpus": len(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
                            "python": platform.python_version()},
                "results": results}
     if args.json:
-        write_json_atomic(args.json, figures)
+        runs = json.loads(args.json.read_text()) if args.json.exists() else {}
+        write_json_atomic(args.json, runs | {args.label: figures})
 
 
 if __name__ == "__main__":
