@@ -294,7 +294,8 @@ class Catalog:
         """Within a transaction: remove `source` and its chunks but the ids in `keep`; returns the removed ids."""
         rows = self._db.execute("SELECT n, id, tokens FROM chunks WHERE source = ?", (source,)).fetchall()
         dropped = [(n, i, tokens) for n, i, tokens in rows if i not in keep]
-        postings.remove(self._db, [(n, tokens.split()) for n, _, tokens in dropped])
+        for start in range(0, len(dropped), POSTINGS_BATCH):  # a large file's token lists a batch at a time
+            postings.remove(self._db, [(n, tokens.split()) for n, _, tokens in dropped[start : start + POSTINGS_BATCH]])
         self._db.executemany("DELETE FROM chunks WHERE n = ?", [(n,) for n, *_ in dropped])
         self._db.execute("DELETE FROM sources WHERE source = ?", (source,))
         return [i for _, i, _ in dropped]

@@ -78,6 +78,7 @@ def test_a_file_of_many_batches_is_upserted_batch_by_batch_and_committed_once(
 def test_an_ingest_interrupted_between_batches_leaves_the_last_commit_and_is_swept(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index, "EMBED_BATCH", 8)
+    monkeypatch.setattr(catalog, "POSTINGS_BATCH", 5)
     notes = long_notes(tmp_path / "docs")
     Index(scratch_config(tmp_path, **SMALL)).ingest([str(notes)])
     committed = (tmp_path / "index" / CATALOG).read_bytes()
@@ -95,6 +96,12 @@ def test_an_ingest_interrupted_between_batches_leaves_the_last_commit_and_is_swe
     final = Index(scratch_config(tmp_path, **SMALL))
     assert report.replaced == [str(notes.resolve())]
     assert set(final.collection.get(include=[])["ids"]) == final.catalog.ids()  # the leftovers swept
+    # The old file's postings removed five chunks at a time: the keyword scores are a fresh index's.
+    Index(scratch_config(tmp_path / "fresh", **SMALL)).ingest([str(notes)])
+    fresh = Index(scratch_config(tmp_path / "fresh", **SMALL))
+    for query in ("gizmos plant 7", "harbour 41 week"):
+        assert ([(h.chunk.start, round(h.score, 9)) for h in final.keyword_search(query, 5)]
+                == [(h.chunk.start, round(h.score, 9)) for h in fresh.keyword_search(query, 5)]), query
 
 
 class Clock:
