@@ -42,6 +42,28 @@ print(json.dumps({"seconds": time.perf_counter() - started, "chunks": report.chu
                   "peak_rss_mb": peak_kb / 1024, "code": dspy_rag.__file__}))
 """
 
+# `--commit-only`: the file parsed and chunked, then its catalog commit (postings and all) alone, no embedding;
+# the commit's own peak is read after VmHWM is reset (clear_refs 5) once the chunks are in memory.
+COMMIT_CHILD = """
+import json, re, sys, time
+from pathlib import Path
+import dspy_rag
+from dspy_rag.catalog import Catalog
+from dspy_rag.chunking import chunk_document
+from dspy_rag.documents import parse, read_bytes
+def status(key):
+    return int(re.search(key + r":\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1)) / 1024
+file = Path(sys.argv[2])
+chunks = chunk_document(parse(read_bytes(file), str(file), "text"), 1000, 150)
+Path("/proc/self/clear_refs").write_text("5")
+before, started = status("VmRSS"), time.perf_counter()
+catalog = Catalog(Path(sys.argv[1]), "local/all-minilm-l6-v2", writer=True)
+with catalog.transaction():
+    catalog.replace(str(file), "0" * 64, "text", chunks)
+print(json.dumps({"seconds": time.perf_counter() - started, "chunks": len(chunks), "peak_rss_mb": status("VmHWM"),
+                  "commit_extra_mb": status("VmHWM") - before, "code": dspy_rag.__file__}))
+"""
+
 
 def paragraphs() -> Iterator[str]:
     """The shared corpora's passages, each a titled paragraph, over and over (numbered by pass, so no two
@@ -63,11 +85,11 @@ def build_text(path: Path, megabytes: float) -> int:
     return path.stat().st_size
 
 
-def ingest_once(file: Path, work: Path) -> dict[str, Any]:
+def ingest_once(file: Path, work: Path, child: str = CHILD) -> dict[str, Any]:
     """A fresh process ingesting `file` into a fresh index under `work`: chunks, seconds, chunks/s, peak MB, CPU s."""
     index = Path(tempfile.mkdtemp(dir=work, prefix="index-"))
     python = [sys.executable, *(["-P"] if sys.flags.safe_path else [])]  # -P: keep a PYTHONPATH-chosen checkout
-    run = timed([*python, "-c", CHILD, str(index), str(file)], work)
+    run = timed([*python, "-c", child, str(index), str(file)], work)
     figures = json.loads(run["stdout"].strip().splitlines()[-1])
     return figures | {"file_mb": round(file.stat().st_size / 1e6, 2), "chunks_per_s": figures["chunks"] / figures["seconds"],
                       "process_seconds": run["seconds"], "cpu_seconds": run["cpu_seconds"]}
@@ -77,11 +99,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit-mb", type=float, default=20.0, help="size of the plain-text file in MB")
     parser.add_argument("--only", default=",".join(INPUTS), help=f"inputs to ingest, of {','.join(INPUTS)}")
+    parser.add_argument("--commit-only", action="store_true",
+                        help="the text file's catalog commit alone (no embedding): its memory and time")
     parser.add_argument("--label", default="run", help="what this run measures (e.g. before, after)")
     parser.add_argument("--json", type=Path, metavar="PATH",
                         help="add the figures under --label to this JSON file (other labels' runs are kept)")
     args = parser.parse_args(argv)
-    wanted = [name for name in args.only.split(",") if name]
+    wanted = ["text"] if args.commit_only else [name for name in args.only.split(",") if name]
     if unknown := set(wanted) - set(INPUTS):
         parser.error(f"--only: unknown inputs {sorted(unknown)}; use {','.join(INPUTS)}")
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as temp:
@@ -91,12 +115,13 @@ def main(argv: list[str] | None = None) -> None:
             build_text(files["text"], args.limit_mb)
         results = {}
         for name in wanted:
-            results[name] = ingest_once(files[name], work)
+            results[name] = ingest_once(files[name], work, COMMIT_CHILD if args.commit_only else CHILD)
             row = results[name]
             print(f"{name}: {row['file_mb']} MB, {row['chunks']} chunks in {row['seconds']:.1f} s "
                   f"({row['chunks_per_s']:.1f} chunks/s), {row['cpu_seconds']:.0f} CPU s, {row['peak_rss_mb']:.0f} MB peak",
                   flush=True)
     figures = {"measured": datetime.now(UTC).isoformat(timespec="seconds"), "text_mb": args.limit_mb,
+               "mode": "commit only" if args.commit_only else "ingest",
                "machine": {"cpus": len(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
                            "python": platform.python_version()},
                "results": results}
