@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from datetime import UTC, datetime
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ CHUNK = "id, source, section, start, stop, text"
 SOURCE = "source, sha256, kind, chunks, sections, ingested_at"
 # Chunk numbers are never reused (AUTOINCREMENT): the keyword index lists removed ones as dead.
 BATCH = 10_000  # bound values per statement, below SQLite's limit
+POSTINGS_BATCH = 2048  # chunks whose postings are built in memory at a time (a new block per term each)
 CACHE_KB = 128 * 1024  # a reader's page cache at most
 
 
@@ -277,19 +279,23 @@ class Catalog:
                          (source, sha256, kind, chunks, json.dumps(sections, ensure_ascii=False), ingested_at))
 
     def _add_chunks(self, rows: Iterable[tuple[str, str, str, int, int, str, str]]) -> None:
-        """Insert chunks given as (id, source, section, start, stop, text, tokens) and index their tokens."""
-        added = []
-        for row in rows:
-            number = self._db.execute("INSERT INTO chunks (id, source, section, start, stop, text, tokens) "
-                                      "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING n", row).fetchone()[0]
-            added.append((number, row[-1].split()))
-        postings.add(self._db, added)
+        """Insert chunks given as (id, source, section, start, stop, text, tokens) and index their tokens,
+        POSTINGS_BATCH chunks at a time: a large file's postings are never all in memory at once."""
+        rows = iter(rows)
+        while batch := list(islice(rows, POSTINGS_BATCH)):
+            added = []
+            for row in batch:
+                number = self._db.execute("INSERT INTO chunks (id, source, section, start, stop, text, tokens) "
+                                          "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING n", row).fetchone()[0]
+                added.append((number, row[-1].split()))
+            postings.add(self._db, added)
 
     def forget(self, source: str, keep: frozenset[str] = frozenset()) -> list[str]:
         """Within a transaction: remove `source` and its chunks but the ids in `keep`; returns the removed ids."""
         rows = self._db.execute("SELECT n, id, tokens FROM chunks WHERE source = ?", (source,)).fetchall()
         dropped = [(n, i, tokens) for n, i, tokens in rows if i not in keep]
-        postings.remove(self._db, [(n, tokens.split()) for n, _, tokens in dropped])
+        for start in range(0, len(dropped), POSTINGS_BATCH):  # a large file's token lists a batch at a time
+            postings.remove(self._db, [(n, tokens.split()) for n, _, tokens in dropped[start : start + POSTINGS_BATCH]])
         self._db.executemany("DELETE FROM chunks WHERE n = ?", [(n,) for n, *_ in dropped])
         self._db.execute("DELETE FROM sources WHERE source = ?", (source,))
         return [i for _, i, _ in dropped]

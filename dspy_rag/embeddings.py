@@ -16,6 +16,7 @@ from chromadb.utils.embedding_functions import register_embedding_function
 from dspy_rag.errors import UserError
 
 PACKAGED_MODEL = "local/all-minilm-l6-v2"
+CORES = len(os.sched_getaffinity(0))  # the cores this process may run on, which a container can make fewer than the machine's
 
 
 @lru_cache(maxsize=4)
@@ -53,7 +54,11 @@ class SentenceEmbedding(EmbeddingFunction[Documents]):
         self.batch_size = batch_size
 
     def __call__(self, input: Documents) -> Embeddings:
-        return self.embed(list(input), threads=os.cpu_count() or 1)
+        return self.embed_documents(list(input))
+
+    def embed_documents(self, texts: list[str]) -> Embeddings:
+        """A batch of passages, on every core this process may use."""
+        return self.embed(texts, threads=CORES)
 
     def embed(self, texts: list[str], threads: int) -> Embeddings:
         _set_threads(threads)

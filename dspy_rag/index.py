@@ -35,6 +35,7 @@ ProgressFn = Callable[[str, int, int], None]
 
 
 VECTOR_SAMPLE = 64  # chunk ids looked up in the vector store when an index is opened for reading
+EMBED_BATCH = 256  # chunks embedded and upserted at a time: an ingest holds no more vectors than this
 
 
 @dataclass(frozen=True)
@@ -347,7 +348,7 @@ class Index:
         missing = [i for i in known if i not in stored]
         if missing and not repair:
             raise self._lost_vectors(len(known) - len(missing))
-        self._write_chunks(list(self.catalog.chunks(missing).values()), progress)
+        self._write_chunks(list(self.catalog.chunks(missing).values()), progress, "embedding lost vectors")
         return len(missing)
 
     def _load(self, item: str, progress: ProgressFn) -> tuple[bytes, str]:
@@ -358,14 +359,17 @@ class Index:
         path = Path(item)
         return read_bytes(path), kind_of(path)
 
-    def _write_chunks(self, chunks: list[Chunk], progress: ProgressFn) -> None:
-        batch = 256
-        for start in range(0, len(chunks), batch):
-            part = chunks[start : start + batch]
-            vectors = self.embedder.embed([c.indexed_text for c in part], threads=os.cpu_count() or 1)
+    def _write_chunks(self, chunks: list[Chunk], progress: ProgressFn, stage: str) -> None:
+        """Embed and upsert the chunks EMBED_BATCH at a time, reporting chunks done under `stage`."""
+        if not chunks:
+            return
+        progress(stage, 0, len(chunks))  # the stage's clock starts before its first batch: its pace is honest
+        for start in range(0, len(chunks), EMBED_BATCH):
+            part = chunks[start : start + EMBED_BATCH]
+            vectors = self.embedder.embed_documents([c.indexed_text for c in part])
             self.collection.upsert(ids=[c.id for c in part], embeddings=vectors,
                                    documents=[c.text for c in part], metadatas=[c.metadata for c in part])
-            progress("embedding", start + len(part), len(chunks))
+            progress(stage, start + len(part), len(chunks))
 
     @contextmanager
     def _commit(self) -> Iterator[list[str]]:
@@ -469,7 +473,8 @@ class Index:
                 report.failed[item] = str(exc)
                 continue
             chunks = self._chunks(document, report)
-            self._write_chunks(chunks, progress)
+            self._write_chunks(chunks, progress, f"embedding {Path(item).name}")
+            progress(f"committing {Path(item).name}", 0, 0)
             with self._commit() as superseded:  # one commit a file
                 superseded += self.catalog.replace(source, sha256, kind, chunks)
 
@@ -486,7 +491,8 @@ class Index:
                 if not self._unchanged(document.source, sha256, report):
                     staged.append((document, sha256, self._chunks(document, report)))
             # Small documents: embed them in shared batches and commit once for the lot.
-            self._write_chunks([c for *_, chunks in staged for c in chunks], progress)
+            self._write_chunks([c for *_, chunks in staged for c in chunks], progress,
+                               f"embedding {len(staged)} documents")
             with self._commit() as superseded:
                 for document, sha256, chunks in staged:
                     superseded += self.catalog.replace(document.source, sha256, document.kind, chunks)

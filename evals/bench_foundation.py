@@ -36,7 +36,7 @@ QUESTIONS = {
 
 
 def timed(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Wall seconds, peak RSS (MB) and output of one child process."""
+    """Wall seconds, CPU seconds, peak RSS (MB) and output of one child process."""
     with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
         started = time.perf_counter()
         child = subprocess.Popen(command, cwd=cwd, stdout=stdout, stderr=stderr, text=True,
@@ -47,7 +47,8 @@ def timed(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> d
         stderr.seek(0)
         if os.waitstatus_to_exitcode(status) != 0:
             raise RuntimeError(f"{' '.join(command)} failed: {stderr.read()[-500:]}")
-        return {"seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024, "stdout": stdout.read()}
+        return {"seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
+                "stdout": stdout.read()}
 
 
 def bench_ingest(tenk: Path, runs: int, work: Path) -> dict[str, Any]:

@@ -6,11 +6,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
-from rich.progress import Progress
 from rich.table import Table
 
 from dspy_rag import paths
-from dspy_rag.cli.console import bar_display, err, out
+from dspy_rag.cli.console import StageBar, bar_display, err, out
 from dspy_rag.evals.bench_retrieval import (
     ALL_GOLD_K,
     BRIDGE_ONLY,
@@ -25,7 +24,6 @@ from dspy_rag.evals.bench_retrieval import (
 )
 from dspy_rag.evals.bench_scaling import SCALING_TOP_K, parse_sizes, scaling
 from dspy_rag.files import write_json_atomic
-from dspy_rag.index import ProgressFn
 from dspy_rag.trainsets.corpus_index import default_work_dir
 
 if TYPE_CHECKING:
@@ -40,22 +38,11 @@ def _bench() -> None:
     """Without a callback Typer would run the lone `retrieval` command directly, dropping its name."""
 
 
-def ingest_progress(progress: Progress) -> ProgressFn:
-    """Show documents indexed; per-document embedding steps would only make the bar flicker."""
-    task = progress.add_task("indexing corpus", total=None)
-
-    def update(stage: str, done: int, total: int) -> None:
-        if stage == "indexing documents":
-            progress.update(task, completed=done + 1, total=total)
-
-    return update
-
-
 def dataset_run(questions: Path, corpus: Path, work: Path, reranker: "Reranker | None", top_k: int,
                 limit: int | None, only: set[str] | None = None) -> dict[str, Any]:
     err.print(f"index: {work}")
     with bar_display(transient=True) as progress:
-        return run(questions, corpus, work, reranker, top_k, limit, ingest_progress(progress), only)
+        return run(questions, corpus, work, reranker, top_k, limit, StageBar(progress), only)
 
 
 def figures_table(title: str, columns: list[str]) -> Table:

@@ -70,6 +70,23 @@ def bar_display(transient: bool = False, disable: bool = False) -> Progress:
                     TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=transient, disable=disable)
 
 
+class StageBar:
+    """An ingest's `ProgressFn` on one bar. Each stage (reading a file, embedding its chunks, committing them) is a
+    task of its own, so the time left is estimated from that stage's own pace, never from another stage's counts."""
+
+    def __init__(self, display: Progress) -> None:
+        self.display = display
+        self.stage = "starting"
+        self.task = display.add_task(self.stage, total=None)
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage == self.stage:
+            self.display.update(self.task, completed=done, total=total or None)
+            return
+        self.display.remove_task(self.task)
+        self.stage, self.task = stage, self.display.add_task(stage, total=total or None, completed=done)
+
+
 class PhaseBars:
     """`reporter.Bars` drawn by rich; a log file (stderr not a terminal) gets each item's note as a progress line."""
 

@@ -9,7 +9,7 @@ import typer
 
 from dspy_rag import paths
 from dspy_rag.api import Research, Say, clean_question
-from dspy_rag.cli.console import AnswerDraft, bar_display, err, out, progress, styled
+from dspy_rag.cli.console import AnswerDraft, StageBar, bar_display, err, out, progress, styled
 from dspy_rag.cli.options import (
     ArtifactOption,
     ConfigOption,
@@ -39,9 +39,7 @@ def ingest(
         raise UserError("name the files, folders or URLs to ingest (or pass --repair to mend the index)")
     store = Index(config_of(config, **{"index.path": index}))
     with bar_display(transient=True, disable=as_json) as bar:
-        task = bar.add_task("starting", total=None)
-        report = store.ingest(inputs or [], lambda stage, done, total: bar.update(
-            task, description=stage, completed=done, total=total or None), repair=repair)
+        report = store.ingest(inputs or [], StageBar(bar), repair=repair)
     sources = store.sources  # read once: the catalog holds every source, a folder may add thousands
     summary = store.summary(report, sources)
     if as_json:
