@@ -22,10 +22,12 @@ from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, paired_delta_ci
 from dspy_rag.evals.stored_runs import AnswerRuns
 from dspy_rag.ledger import LedgerEntry, append
 from dspy_rag.models import build_lm, usage_since
+from dspy_rag.optimizers.evidence import with_found_evidence
 from dspy_rag.optimizers.pool import Pool, SetPrograms
 from dspy_rag.optimizers.teleprompters import OPTIMIZERS, Optimizer, settings_for
 from dspy_rag.pipelines.programs import build_program
 from dspy_rag.reporter import QUIET, Bars, Reporter
+from dspy_rag.retrieval import Retriever
 from dspy_rag.run_store import RunStore, Tally, run_context
 from dspy_rag.tracking import mlflow_run
 
@@ -205,6 +207,9 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
         raise UserError(f"artifact {folder} exists; choose another --name or pass --replace")
     started = time.perf_counter()
     tools = {s.name: (s.index(config), s.web(config)) for s in pool.sets}
+    retrievers = {name: Retriever(index, config.retrieval.top_k, config.retrieval.rrf_k)
+                  for name, (index, _web) in tools.items()}
+    data.train = with_found_evidence(data.train, retrievers)
     reporter.say(f"loading {model}" + (f" and the teacher {request.teacher}" if request.teacher else ""))
     lm = build_lm(config.lm)
     teacher = build_lm(config.lm.model_copy(update={"model": request.teacher})) if request.teacher else None

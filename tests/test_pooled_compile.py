@@ -20,7 +20,7 @@ from dspy_rag.optimizers import compile as compiling
 from dspy_rag.optimizers.teleprompters import OPTIMIZERS, settings_for
 from dspy_rag.trainsets.registry import load_trainset
 
-GAMING = "Gaming revenue for fiscal year 2023 was $9.07 billion, down 27% from a year ago.\n"
+GAMING = "# Gaming\n\nGaming revenue for fiscal year 2023 was $9.07 billion, down 27% from a year ago.\n"
 
 
 def planned(n: int, answer: str, split: str) -> dict[str, Any]:
@@ -30,11 +30,14 @@ def planned(n: int, answer: str, split: str) -> dict[str, Any]:
 
 @pytest.fixture()
 def other(tmp_path: Path) -> Path:
-    """A second small set over another document: yes/no and name questions, each with a gold plan."""
+    """A second small set over another document: yes/no and name questions, each with a gold plan, and a figure
+    labeled with its gold section only."""
     folder = tmp_path / "other"
     folder.mkdir()
     (folder / "gaming.md").write_text(GAMING)
-    rows = [planned(1, "yes", "train"), planned(2, "Jensen Huang", "train"), planned(3, "no", "dev")]
+    sectioned = {"id": "p4", "question": "What was Gaming revenue?", "answer": "$9.07 billion", "split": "train",
+                 "gold_sections": ["Gaming"]}
+    rows = [planned(1, "yes", "train"), planned(2, "Jensen Huang", "train"), planned(3, "no", "dev"), sectioned]
     (folder / "qs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "other.yaml").write_text("name: other\ndescription: gaming\nquestions: qs.jsonl\n"
                                        "documents: [gaming.md]\nsplit: {field: split}\n")
@@ -73,6 +76,10 @@ def test_a_pooled_compile_fits_on_both_sets_and_runs_each_on_its_own_index(
     # three planned train questions, one a figure (tiny), one yes/no and one name (other): one of each kind
     assert {(d["trainset"], d["short_answer"]) for d in demos} == {
         ("tiny", "$15.01 billion"), ("other", "yes"), ("other", "Jensen Huang")}
+    # the figure labeled by section alone is shown with the passage found in its own set's index
+    short_answer, = state["synthesizer.short_answer.predict"]["demos"]
+    assert (short_answer["id"], short_answer["trainset"], short_answer["short_answer"]) == ("p4", "other", "$9.07 billion")
+    assert "gaming.md" in short_answer["passages"][0] and "$9.07 billion" in short_answer["passages"][0]
     assert artifacts.read_manifest(folder).trainsets == manifest.trainsets
     entry, = read(settings.artifacts.path / "ledger.jsonl")
     assert (entry.trainset, entry.trainset_hash) == ("tiny+other", manifest.trainset_hash)
@@ -109,7 +116,7 @@ def test_dry_run_estimates_the_pooled_run(trainset: Path, other: Path) -> None:
                                         "--optimizer", "labeled", "--dry-run", "--json"])
     assert repeated.exit_code == 0, repeated.output
     cost = json.loads(repeated.stdout)
-    assert (cost["trainset"], cost["train"], cost["dev"]) == ("tiny+other", 4 + 2, 2 + 1)
+    assert (cost["trainset"], cost["train"], cost["dev"]) == ("tiny+other", 4 + 3, 2 + 1)
     assert cost["program_runs"] == 2 * 3 and [s["name"] for s in cost["trainsets"]] == ["tiny", "other"]
     joined = CliRunner().invoke(app, ["compile", "--trainset", f"{trainset},{other}", "--optimizer", "labeled",
                                       "--dry-run", "--train-limit", "1"])
