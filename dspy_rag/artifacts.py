@@ -47,7 +47,7 @@ class Manifest:
     predictors: dict[str, list[str]]
     model: str
     optimizer: str
-    trainset: str
+    trainset: str  # the set's name; a pooled compile's sets' names joined by "+"
     trainset_hash: str
     metric: str
     weights: dict[str, float]
@@ -63,6 +63,7 @@ class Manifest:
     trajectories: int = 0
     dev_scores: dict[str, list[float]] = field(default_factory=dict)  # question id -> [before, after]
     dev_reused: int = 0  # dev runs (before and after) taken from the run store, not run by this compile
+    trainsets: list[dict[str, str]] = field(default_factory=list)  # every set fit on: name, hash (none before pooling)
     dspy_version: str = dspy.__version__
     created: str = ""
     state_sha256: str = ""

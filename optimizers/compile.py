@@ -1,4 +1,5 @@
-"""`dspy-rag compile`: optimize the deep program's prompts and demos on a trainset's train split.
+"""`dspy-rag compile`: optimize the deep program's prompts and demos on a trainset's train split, or on the pooled
+train splits of several (optimizer/pool.py).
 
 The dev split is scored before and after with the same metric (its runs shared with eval through the run
 store); the gain is reported with a paired bootstrap interval, so a gain inside noise reads as one. The result is saved as an artifact (atomically,
@@ -15,18 +16,20 @@ import dspy
 from dspy_rag import artifacts
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
-from dspy_rag.evals.research_metric import ResearchMetric, example_of
+from dspy_rag.evals.research_metric import ResearchMetric
 from dspy_rag.evals.rows import weighted
 from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, paired_delta_ci
 from dspy_rag.evals.stored_runs import AnswerRuns
 from dspy_rag.ledger import LedgerEntry, append
 from dspy_rag.models import build_lm, usage_since
+from dspy_rag.optimizers.evidence import with_found_evidence
+from dspy_rag.optimizers.pool import Pool, SetPrograms
 from dspy_rag.optimizers.teleprompters import OPTIMIZERS, Optimizer, settings_for
 from dspy_rag.pipelines.programs import build_program
 from dspy_rag.reporter import QUIET, Bars, Reporter
+from dspy_rag.retrieval import Retriever
 from dspy_rag.run_store import RunStore, Tally, run_context
 from dspy_rag.tracking import mlflow_run
-from dspy_rag.trainsets.registry import Trainset, load_trainset
 
 # Measured on the dev sets (eval): the deep program with the LM policy makes 8-10 calls a question.
 CALLS_PER_RUN = 9
@@ -36,7 +39,7 @@ VALSET_SHARE = 4  # optimizers that search keep every 4th train example aside to
 
 @dataclass
 class CompileRequest:
-    trainset: str
+    trainset: str | list[str]  # one name or path, several, or several joined by commas: their splits are pooled
     optimizer: str
     name: str | None = None
     teacher: str | None = None
@@ -63,11 +66,10 @@ class Splits:
     dev: list[dspy.Example]
 
 
-def splits(trainset: Trainset, optimizer: Optimizer, train_limit: int | None, dev_limit: int | None) -> Splits:
-    train = [example_of(q) for q in trainset.questions("train")[:train_limit]]
-    dev = [example_of(q) for q in trainset.questions("dev")[:dev_limit]]
-    if not train or not dev:
-        raise UserError(f"trainset {trainset.name} needs train and dev questions (has {len(train)} and {len(dev)})")
+def splits(pool: Pool, optimizer: Optimizer, train_limit: int | None, dev_limit: int | None) -> Splits:
+    """The pooled splits, the limits taken per set."""
+    pool.check(optimizer)
+    train, dev = pool.examples("train", train_limit), pool.examples("dev", dev_limit)
     val = train[::VALSET_SHARE] if optimizer.needs_valset and len(train) >= VALSET_SHARE else []
     return Splits([e for e in train if e not in val], val, dev)
 
@@ -111,28 +113,40 @@ class Tracker:
 
 class DevRuns:
     """The dev split's runs through the run store: a program scored before, by a compile or an eval with the same
-    prompts, demos, model, settings and code, is not run again (a recompile does not pay for its parent's dev run)."""
+    prompts, demos, model, settings and code, is not run again (a recompile does not pay for its parent's dev run).
+    Each question runs on its own set's index and web, and is stored under that set, as its eval would store it."""
 
-    def __init__(self, store: RunStore, config: Config, trainset: Trainset, web: Any, name: str) -> None:
-        self.store, self.config, self.trainset, self.web, self.name = store, config, trainset, web, name
-        self.questions = {q.id: q for q in trainset.questions("dev")}
+    def __init__(self, store: RunStore, config: Config, pool: Pool, programs: SetPrograms, name: str) -> None:
+        self.store, self.config, self.pool, self.programs, self.name = store, config, pool, programs, name
+        self.questions = {(s.name, q.id): q for s in pool.sets for q in s.questions("dev")}
         self.tally = Tally()
 
+    def _runs(self, program: dspy.Module, trainset: str) -> tuple[dspy.Module, AnswerRuns]:
+        bound = self.programs.bound(program, trainset)
+        member = self.pool.member(trainset)
+        return bound, AnswerRuns(self.store, run_context(bound, self.config, member.name, member.content_hash,
+                                                         f"deep (compile {self.name})", self.programs.webs[trainset]))
+
     def scores(self, program: dspy.Module, examples: list[dspy.Example], metric: ResearchMetric) -> list[float]:
-        runs = AnswerRuns(self.store, run_context(program, self.config, self.trainset.name,
-                                                  self.trainset.content_hash, f"deep (compile {self.name})", self.web))
+        bound: dict[str, tuple[dspy.Module, AnswerRuns]] = {}  # the program bound once to each set
         scores = []
         for example in examples:
-            question = self.questions[example.id]
-            run = runs.stored(self.name, question)
-            if run is None:
-                run = runs.run(program, self.name, question)
-                self.tally.run += 1
-            else:
-                self.tally.reused += 1
-            scores.append(weighted(run.row, metric.weights))
-            metric.on_score(example, run.prediction, scores[-1])
+            if example.trainset not in bound:
+                bound[example.trainset] = self._runs(program, example.trainset)
+            scores.append(self._score(*bound[example.trainset], example, metric))
         return scores
+
+    def _score(self, program: dspy.Module, runs: AnswerRuns, example: dspy.Example, metric: ResearchMetric) -> float:
+        question = self.questions[(example.trainset, example.id)]
+        run = runs.stored(self.name, question)
+        if run is None:
+            run = runs.run(program, self.name, question)
+            self.tally.run += 1
+        else:
+            self.tally.reused += 1
+        score = weighted(run.row, metric.weights)
+        metric.on_score(example, run.prediction, score)
+        return score
 
 
 def gain_text(before: list[float], after: list[float]) -> str:
@@ -184,20 +198,23 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
         raise UserError(f"unknown optimizer '{request.optimizer}'; choose {', '.join(OPTIMIZERS)}")
     optimizer = OPTIMIZERS[request.optimizer]
     settings = settings_for(optimizer, request.settings)
-    trainset = load_trainset(request.trainset)
-    data = splits(trainset, optimizer, request.train_limit, request.dev_limit)
+    pool = Pool.load(request.trainset)
+    data = splits(pool, optimizer, request.train_limit, request.dev_limit)
     model = config.lm.model
-    name = request.name or f"{trainset.name}-{optimizer.name}-{model.split('/')[-1]}"
+    name = request.name or f"{pool.name}-{optimizer.name}-{model.split('/')[-1]}"
     folder = artifacts.folder_for(config.artifacts.path, name)
     if folder.exists() and not request.replace:
         raise UserError(f"artifact {folder} exists; choose another --name or pass --replace")
     started = time.perf_counter()
-    index, web = trainset.index(config), trainset.web(config)
+    tools = {s.name: (s.index(config), s.web(config)) for s in pool.sets}
+    retrievers = {name: Retriever(index, config.retrieval.top_k, config.retrieval.rrf_k)
+                  for name, (index, _web) in tools.items()}
+    data.train = with_found_evidence(data.train, retrievers)
     reporter.say(f"loading {model}" + (f" and the teacher {request.teacher}" if request.teacher else ""))
     lm = build_lm(config.lm)
     teacher = build_lm(config.lm.model_copy(update={"model": request.teacher})) if request.teacher else None
     dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
-    program = build_program("deep", config, index, web)
+    program = build_program("deep", config, *tools[pool.sets[0].name])
     if request.parent:
         parent = artifacts.load(artifacts.locate(request.parent, config.artifacts.path), program)
         reporter.say(f"starting from {parent.name} (compiled for {parent.model} by {parent.optimizer})")
@@ -207,16 +224,17 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
             tracker = Tracker(bars)
             metric = ResearchMetric(request.weights, request.threshold, on_score=tracker)
             tracked.params({"optimizer": optimizer.name, **settings, "model": model, "teacher": request.teacher,
-                            "parent": request.parent, "trainset": trainset.name, "trainset_hash": trainset.content_hash,
+                            "parent": request.parent, "trainset": pool.name, "trainset_hash": pool.content_hash,
                             "metric": metric.name, "train": len(data.train), "dev": len(data.dev)})
             with RunStore.of(config) as store:
-                dev = DevRuns(store, config, trainset, web, name)
+                dev = DevRuns(store, config, pool, SetPrograms(config, tools), name)
                 outcome = optimize(program, data, optimizer, settings, metric, dev, teacher, lm, tracker)
         before, after = outcome.before, outcome.after
         usage = [usage_since(m, starts[id(m)]) for m in (lm, teacher) if m is not None]
         manifest = artifacts.Manifest(
             name=name, program=type(program).__name__, predictors=artifacts.program_signature(outcome.program),
-            model=model, optimizer=optimizer.name, trainset=trainset.name, trainset_hash=trainset.content_hash,
+            model=model, optimizer=optimizer.name, trainset=pool.name, trainset_hash=pool.content_hash,
+            trainsets=pool.record(),
             metric=metric.name, weights=metric.weights, dev_questions=len(data.dev),
             dev_before=round(sum(before) / len(before), 4), dev_after=round(sum(after) / len(after), 4),
             teacher=request.teacher,
@@ -224,7 +242,7 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
             parent=request.parent and parent.name, lm_calls=sum(u["lm_calls"] for u in usage),
             tokens=sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage),
             seconds=round(time.perf_counter() - started, 1),
-            dev_scores={e.id: [round(b, 4), round(a, 4)] for e, b, a in zip(data.dev, before, after, strict=True)},
+            dev_scores={pool.key(e): [round(b, 4), round(a, 4)] for e, b, a in zip(data.dev, before, after, strict=True)},
             dev_reused=dev.tally.reused)
         record(folder, outcome, manifest, config, request.replace)
         tracked.metrics({"dev_before": manifest.dev_before, "dev_after": manifest.dev_after,

@@ -14,6 +14,7 @@ from dspy.teleprompt import GEPA, BootstrapFewShot, BootstrapFewShotWithRandomSe
 
 from dspy_rag.errors import UserError
 from dspy_rag.evals.research_metric import ResearchMetric
+from dspy_rag.optimizers.demo_sampling import stratified_sample
 
 Build = Callable[[ResearchMetric, dict[str, Any], dspy.LM | None, dspy.LM], Any]
 
@@ -27,6 +28,9 @@ class Optimizer:
     runs: Callable[[int, int, dict[str, Any]], int]
     # Extra arguments to `compile` beyond student and trainset.
     needs_valset: bool = False
+    # Fits on several trainsets at once: it never runs the program on the train split, where each question would
+    # need its own set's index.
+    pools: bool = False
     compile_args: Callable[[dict[str, Any]], dict[str, Any]] = lambda settings: {}
 
 
@@ -41,14 +45,20 @@ class LabeledPerModule(LabeledFewShot):
     """LabeledFewShot that gives each module only examples that label *all* its outputs: a gold plan for the
     planner, and nothing for modules the trainset does not label: a demo with an output missing shows the
     model "Not supplied for this particular example." in its place, which a small model then copies
-    (docs/design/compile.md)."""
+    (docs/design/compile.md). Stratified, the demos cover the answer kinds and trainsets in turn (demo_sampling.py);
+    else they are a plain seeded sample."""
+
+    def __init__(self, k: int = 16, stratify: bool = True) -> None:
+        super().__init__(k=k)
+        self.stratify = stratify
 
     def compile(self, student: dspy.Module, *, trainset: list[dspy.Example], sample: bool = True) -> dspy.Module:
         self.student = student.reset_copy()
         rng = random.Random(0)
         for predictor in self.student.predictors():
             labeled = [e for e in trainset if labels_all_outputs(e, predictor)]
-            predictor.demos = rng.sample(labeled, min(self.k, len(labeled)))
+            predictor.demos = (stratified_sample(labeled, self.k, rng) if self.stratify
+                               else rng.sample(labeled, min(self.k, len(labeled))))
         return self.student
 
 
@@ -57,7 +67,7 @@ def _teacher(teacher: dspy.LM | None) -> dict[str, Any]:
 
 
 def _labeled(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm: dspy.LM) -> Any:
-    return LabeledPerModule(k=s["k"])
+    return LabeledPerModule(k=s["k"], stratify=s["stratify"])
 
 
 def _bootstrap(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm: dspy.LM) -> Any:
@@ -83,7 +93,7 @@ def _gepa(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm
 
 
 OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
-    Optimizer("labeled", {"k": 3}, _labeled, lambda train, val, s: 0),
+    Optimizer("labeled", {"k": 3, "stratify": True}, _labeled, lambda train, val, s: 0, pools=True),
     Optimizer("bootstrap", {"demos": 2, "labeled": 0, "max_errors": 5}, _bootstrap,
               lambda train, val, s: train),
     Optimizer("random-search", {"demos": 2, "labeled": 0, "candidates": 2, "max_errors": 5}, _random_search,
@@ -105,9 +115,23 @@ def settings_for(optimizer: Optimizer, overrides: dict[str, Any]) -> dict[str, A
     if unknown := set(overrides) - set(optimizer.defaults):
         raise UserError(f"{optimizer.name} has no setting {', '.join(sorted(unknown))}; choose from "
                         f"{', '.join(sorted(optimizer.defaults))}")
+    checked = {}
     for name, value in overrides.items():
         kind = type(optimizer.defaults[name])
+        if kind is bool:
+            checked[name] = switch(optimizer, name, value)
+            continue
         if not isinstance(value, kind) or isinstance(value, bool) or (isinstance(value, int | float) and value < 0):
             raise UserError(f"{optimizer.name}'s setting {name} takes a non-negative {kind.__name__}, e.g. "
                             f"{name}={optimizer.defaults[name]}; got {value!r:.40}")
-    return {**optimizer.defaults, **overrides}
+        checked[name] = value
+    return {**optimizer.defaults, **checked}
+
+
+def switch(optimizer: Optimizer, name: str, value: Any) -> bool:
+    """An on/off setting as `--set` gives it (`stratify=false`) or as a bool."""
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("true", "false"):
+        return str(value).lower() == "true"
+    raise UserError(f"{optimizer.name}'s setting {name} takes true or false, e.g. {name}=false; got {value!r:.40}")

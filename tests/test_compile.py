@@ -17,6 +17,7 @@ from dspy_rag.errors import UserError
 from dspy_rag.evals.research_metric import ResearchMetric, example_of, gold_evidence
 from dspy_rag.ledger import read
 from dspy_rag.optimizers import compile as compiling
+from dspy_rag.optimizers.pool import Pool
 from dspy_rag.optimizers.teleprompters import OPTIMIZERS, LabeledPerModule
 from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
 from dspy_rag.trainsets.formats import Question
@@ -134,7 +135,7 @@ def test_unknown_optimizer_and_setting_are_one_line_errors(trainset: Path, setti
 
 
 def test_dry_run_estimates_grow_with_the_optimizer(trainset: Path) -> None:
-    data = load_trainset(str(trainset))
+    data = Pool.load(str(trainset))
     costs = {}
     for name, optimizer in OPTIMIZERS.items():
         split = compiling.splits(data, optimizer, None, None)

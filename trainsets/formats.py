@@ -36,8 +36,8 @@ class Question:
     # A gold research plan (steps with sub_question, tool and optionally section), from the dataset's own
     # decomposition (MuSiQue) or written by hand (generic JSONL): the planner's labeled demos.
     plan: tuple[dict[str, str], ...] = field(default=(), compare=False)
-    # The sentences that state the answer, each with its paragraph (HotpotQA's supporting facts): the
-    # synthesizer's labeled demos.
+    # The sentences that state the answer, each with its paragraph (HotpotQA's supporting facts, MuSiQue's
+    # supporting paragraphs, MultiHop-RAG's evidence facts): the synthesizer's labeled demos.
     support: tuple["Support", ...] = field(default=(), compare=False)
 
 
@@ -55,7 +55,8 @@ class CorpusPassage:
 
 @dataclass(frozen=True)
 class Support:
-    """Sentences of one paragraph that state part of a question's answer."""
+    """Sentences of one paragraph that state part of a question's answer; none named when the dataset marks the
+    whole paragraph (MuSiQue)."""
 
     passage: CorpusPassage
     sentences: tuple[str, ...]
@@ -115,11 +116,13 @@ def sub_question(hop: str) -> str:
 def _musique(row: dict[str, Any]) -> Question:
     ids = {p["idx"]: passage_id(p["title"], p["paragraph_text"]) for p in row["paragraphs"]}
     gold = tuple(ids[p["idx"]] for p in row["paragraphs"] if p["is_supporting"])
+    support = tuple(Support(CorpusPassage(ids[p["idx"]], p["title"], p["paragraph_text"]), ())
+                    for p in row["paragraphs"] if p["is_supporting"])
     others = tuple(ids[p["idx"]] for p in row["paragraphs"] if not p["is_supporting"])
     plan = tuple({"sub_question": sub_question(hop["question"]), "tool": "search_docs"}
                  for hop in row.get("question_decomposition") or ())
     return Question(row["id"], row["question"], row["answer"], tuple(row.get("answer_aliases") or ()), gold, (), others,
-                    plan=plan)
+                    plan=plan, support=support)
 
 
 def _multihop_rag(row: dict[str, Any]) -> Question:
@@ -127,7 +130,15 @@ def _multihop_rag(row: dict[str, Any]) -> Question:
     question = row.get("question") or row["query"]
     question_id = row["id"] if "id" in row else hashlib.sha256(question.encode()).hexdigest()[:16]
     gold = tuple(dict.fromkeys(e["url"] for e in row["evidence_list"] if e.get("url")))
-    return Question(str(question_id), question, row["answer"], (), gold)
+    # Each article's evidence facts stand for the passage retrieval would find (the whole article is too long).
+    facts: dict[str, list[str]] = {url: [] for url in gold}
+    titles = {e["url"]: e.get("title") or e["url"] for e in row["evidence_list"] if e.get("url")}
+    for evidence in row["evidence_list"]:
+        if evidence.get("url") and evidence.get("fact"):
+            facts[evidence["url"]].append(evidence["fact"].strip())
+    support = tuple(Support(CorpusPassage(url, titles[url], " ".join(lines)), tuple(lines))
+                    for url, lines in facts.items() if lines)
+    return Question(str(question_id), question, row["answer"], (), gold, support=support)
 
 
 def _generic(row: dict[str, Any]) -> Question:

@@ -68,7 +68,8 @@ def _pairs(values: list[str] | None, what: str, example: str) -> dict[str, Any]:
 
 
 def compile_command(
-    trainset: Annotated[str, typer.Option(help="trainset name (see `dspy-rag trainsets`) or YAML definition")],
+    trainset: Annotated[list[str], typer.Option(help="trainset name (see `dspy-rag trainsets`) or YAML definition; "
+                                                "repeat it (or join names with commas) to pool their splits")],
     optimizer: Annotated[str, typer.Option(help="labeled, bootstrap, random-search, mipro or gepa")] = "bootstrap",
     model: ModelOption = None,
     teacher: Annotated[str | None, typer.Option(help="a stronger model that writes demos and proposes prompts")] = None,
@@ -88,12 +89,12 @@ def compile_command(
     from dspy_rag import artifacts
     from dspy_rag.evals.research_metric import metric_weights
     from dspy_rag.optimizers.compile import CompileRequest, compile_program, estimate, splits
+    from dspy_rag.optimizers.pool import Pool, trainset_names
     from dspy_rag.optimizers.teleprompters import OPTIMIZERS, settings_for
-    from dspy_rag.trainsets.registry import load_trainset
 
     settings = config_of(config, **{"lm.model": model})
     weights = metric_weights(_pairs(weight, "--weight", "f1=0.6")) if weight else None
-    request = CompileRequest(trainset, optimizer, name, teacher, parent, weights, threshold,
+    request = CompileRequest(trainset_names(trainset), optimizer, name, teacher, parent, weights, threshold,
                              _pairs(setting, "--set", "demos=3"), train_limit, dev_limit, replace)
     # Every option is checked before anything is loaded or spent, in a dry run too.
     if optimizer not in OPTIMIZERS:
@@ -103,14 +104,15 @@ def compile_command(
     if name is not None:
         artifacts.folder_for(settings.artifacts.path, name)
     if dry_run:
-        data = splits(load_trainset(trainset), chosen, train_limit, dev_limit)
+        pool = Pool.load(request.trainset)
+        data = splits(pool, chosen, train_limit, dev_limit)
         cost = estimate(chosen, settings_for(chosen, request.settings), data, settings.lm.model, teacher)
         if as_json:
-            print_json({"optimizer": optimizer, "trainset": trainset, "model": settings.lm.model, "teacher": teacher,
+            print_json({"optimizer": optimizer, "trainset": pool.name, "trainsets": pool.record(), "model": settings.lm.model, "teacher": teacher,
                         "train": len(data.train), "val": len(data.val), "dev": len(data.dev), **asdict(cost)})
             return
         time_text = f"≈ {cost.seconds / 60:.0f} min" if cost.seconds else "time unknown for this model"
-        out.print(f"{optimizer} on {trainset}: {len(data.train)} train, {len(data.val)} validation, "
+        out.print(f"{optimizer} on {pool.name}: {len(data.train)} train, {len(data.val)} validation, "
                   f"{len(data.dev)} dev questions; ≤ {cost.program_runs} program runs (dev before and after "
                   f"included), ≈ {cost.lm_calls} LM calls, {time_text} on {settings.lm.model}"
                   + (f" taught by {teacher}" if teacher else ""))

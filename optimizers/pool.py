@@ -1,0 +1,100 @@
+"""The trainsets one compile is fit on: their train splits pooled for the optimizer and their dev splits for the
+score, each question tagged with its own set, so its dev run retrieves from that set's index and web snapshot."""
+
+import hashlib
+from collections.abc import Sequence
+
+import dspy
+
+from dspy_rag import artifacts
+from dspy_rag.config import Config
+from dspy_rag.errors import UserError
+from dspy_rag.evals.research_metric import example_of
+from dspy_rag.index import Index
+from dspy_rag.optimizers.teleprompters import OPTIMIZERS, Optimizer
+from dspy_rag.pipelines.programs import build_program
+from dspy_rag.trainsets.registry import Part, Trainset, load_trainset
+from dspy_rag.web import WebSearch
+
+SEPARATOR = "+"  # between the names of a pooled compile's sets, in its artifact's, ledger's and runs' names
+
+
+def trainset_names(given: str | Sequence[str]) -> list[str]:
+    """The names or paths `--trainset` gives: repeated, or comma-separated in one value."""
+    values = [given] if isinstance(given, str) else list(given)
+    names = [name.strip() for value in values for name in value.split(",") if name.strip()]
+    if not names:
+        raise UserError("--trainset names no trainset; e.g. --trainset hotpotqa --trainset musique")
+    return names
+
+
+class Pool:
+    """One trainset, or several whose splits are pooled."""
+
+    def __init__(self, sets: Sequence[Trainset]) -> None:
+        names = [s.name for s in sets]
+        if repeated := sorted({n for n in names if names.count(n) > 1}):
+            raise UserError(f"trainset {', '.join(repeated)} is given twice; name each trainset once")
+        self.sets = list(sets)
+        self._by_name = {s.name: s for s in sets}
+
+    @classmethod
+    def load(cls, given: str | Sequence[str]) -> "Pool":
+        return cls([load_trainset(name) for name in trainset_names(given)])
+
+    @property
+    def name(self) -> str:
+        return SEPARATOR.join(s.name for s in self.sets)
+
+    @property
+    def content_hash(self) -> str:
+        """The one set's hash, or a hash of every set's name and hash: what the pooled program was fit on."""
+        if len(self.sets) == 1:
+            return self.sets[0].content_hash
+        return hashlib.sha256(" ".join(f"{s.name}:{s.content_hash}" for s in self.sets).encode()).hexdigest()[:16]
+
+    def record(self) -> list[dict[str, str]]:
+        """Every set by name and content hash, for the artifact's manifest."""
+        return [{"name": s.name, "hash": s.content_hash} for s in self.sets]
+
+    def check(self, optimizer: Optimizer) -> None:
+        """Only an optimizer that never runs the program on the train split fits on several sets at once."""
+        if len(self.sets) > 1 and not optimizer.pools:
+            able = ", ".join(name for name, o in OPTIMIZERS.items() if o.pools)
+            raise UserError(f"{optimizer.name} runs the program on train questions, which needs one trainset; "
+                            f"compile on several trainsets with --optimizer {able}")
+
+    def examples(self, part: Part, limit: int | None) -> list[dspy.Example]:
+        """The first `limit` questions of each set's split, its sets in turn, each example tagged with its set."""
+        examples = []
+        for trainset in self.sets:
+            questions = trainset.questions(part)[:limit]
+            if not questions:
+                raise UserError(f"trainset {trainset.name} has no {part} questions; give it train and dev questions")
+            examples += [example_of(q).copy(trainset=trainset.name) for q in questions]
+        return examples
+
+    def member(self, name: str) -> Trainset:
+        return self._by_name[name]
+
+    def key(self, example: dspy.Example) -> str:
+        """The example's id in the manifest's dev scores: SET:ID when pooled, as ids of two sets may coincide."""
+        return example.id if len(self.sets) == 1 else f"{example.trainset}:{example.id}"
+
+
+class SetPrograms:
+    """The program bound to each set's index and web: the compiled one for its first set, and for every other a
+    program of its own carrying the same prompts and demos."""
+
+    def __init__(self, config: Config, tools: dict[str, tuple[Index, WebSearch | None]]) -> None:
+        self.first, *others = tools
+        self.webs = {name: web for name, (_index, web) in tools.items()}
+        self.programs = {name: build_program("deep", config, *tools[name]) for name in others}
+
+    def bound(self, program: dspy.Module, trainset: str) -> dspy.Module:
+        """`program` (built on the first set's tools) as it runs on `trainset`'s."""
+        if trainset == self.first:
+            return program
+        other = self.programs[trainset]
+        other.load_state(artifacts.dspy_state(program))
+        return other

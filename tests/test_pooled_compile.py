@@ -1,0 +1,126 @@
+"""`compile` on the pooled splits of two trainsets with a scripted LM: the artifact names both sets, its demos come
+from both, each dev question runs on its own set's index, and `--dry-run` counts the pooled splits."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+from typer.testing import CliRunner
+
+from conftest import REPLIES, invoke, scratch_config
+from dspy_rag import artifacts
+from dspy_rag.cli import app
+from dspy_rag.config import Config
+from dspy_rag.errors import UserError
+from dspy_rag.ledger import read
+from dspy_rag.optimizers import compile as compiling
+from dspy_rag.optimizers.teleprompters import OPTIMIZERS, settings_for
+from dspy_rag.trainsets.registry import load_trainset
+
+GAMING = "# Gaming\n\nGaming revenue for fiscal year 2023 was $9.07 billion, down 27% from a year ago.\n"
+
+
+def planned(n: int, answer: str, split: str) -> dict[str, Any]:
+    return {"id": f"p{n}", "question": f"Other question {n}?", "answer": answer, "split": split,
+            "plan": [{"sub_question": f"Step of question {n}?", "tool": "search_docs"}]}
+
+
+@pytest.fixture()
+def other(tmp_path: Path) -> Path:
+    """A second small set over another document: yes/no and name questions, each with a gold plan, and a figure
+    labeled with its gold section only."""
+    folder = tmp_path / "other"
+    folder.mkdir()
+    (folder / "gaming.md").write_text(GAMING)
+    sectioned = {"id": "p4", "question": "What was Gaming revenue?", "answer": "$9.07 billion", "split": "train",
+                 "gold_sections": ["Gaming"]}
+    rows = [planned(1, "yes", "train"), planned(2, "Jensen Huang", "train"), planned(3, "no", "dev"), sectioned]
+    (folder / "qs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "other.yaml").write_text("name: other\ndescription: gaming\nquestions: qs.jsonl\n"
+                                       "documents: [gaming.md]\nsplit: {field: split}\n")
+    return folder / "other.yaml"
+
+
+@pytest.fixture()
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
+    monkeypatch.setenv("DSPY_RAG_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(compiling, "build_lm", lambda _config: DummyLM(REPLIES, adapter=dspy.JSONAdapter()))
+    return scratch_config(tmp_path, **{"artifacts.path": tmp_path / "artifacts", "retrieval.reranker": "none"})
+
+
+def test_a_pooled_compile_fits_on_both_sets_and_runs_each_on_its_own_index(
+        trainset: Path, other: Path, settings: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    read_by_set: dict[str, set[str]] = {}
+    real_call = compiling.Tracker.__call__
+
+    def spy(self: compiling.Tracker, example: dspy.Example, prediction: Any, score: float) -> None:
+        if prediction is not None:  # a dev run made by this compile: the documents it read
+            read_by_set.setdefault(example.trainset, set()).update(Path(p.source).name for p in prediction.passages)
+        real_call(self, example, prediction, score)
+
+    monkeypatch.setattr(compiling.Tracker, "__call__", spy)
+    request = compiling.CompileRequest([str(trainset), str(other)], "labeled", name="pooled")
+    manifest = compiling.compile_program(request, settings)
+    sets = [load_trainset(str(trainset)), load_trainset(str(other))]
+    assert manifest.trainset == "tiny+other"
+    assert manifest.trainsets == [{"name": s.name, "hash": s.content_hash} for s in sets]
+    assert manifest.trainset_hash not in {s.content_hash for s in sets}
+    assert set(manifest.dev_scores) == {"tiny:q5", "tiny:q6", "other:p3"}
+    assert read_by_set == {"tiny": {"facts.md"}, "other": {"gaming.md"}}
+    folder = settings.artifacts.path / "pooled"
+    state = json.loads((folder / artifacts.STATE_FILE).read_text())
+    demos = state["planner.predict"]["demos"]
+    # three planned train questions, one a figure (tiny), one yes/no and one name (other): one of each kind
+    assert {(d["trainset"], d["short_answer"]) for d in demos} == {
+        ("tiny", "$15.01 billion"), ("other", "yes"), ("other", "Jensen Huang")}
+    # the figure labeled by section alone is shown with the passage found in its own set's index
+    short_answer, = state["synthesizer.short_answer.predict"]["demos"]
+    assert (short_answer["id"], short_answer["trainset"], short_answer["short_answer"]) == ("p4", "other", "$9.07 billion")
+    assert "gaming.md" in short_answer["passages"][0] and "$9.07 billion" in short_answer["passages"][0]
+    assert artifacts.read_manifest(folder).trainsets == manifest.trainsets
+    entry, = read(settings.artifacts.path / "ledger.jsonl")
+    assert (entry.trainset, entry.trainset_hash) == ("tiny+other", manifest.trainset_hash)
+
+
+def test_one_set_keeps_its_own_name_and_hash_and_old_manifests_load(trainset: Path, settings: Config) -> None:
+    manifest = compiling.compile_program(compiling.CompileRequest(str(trainset), "labeled", name="one"), settings)
+    tiny = load_trainset(str(trainset))
+    assert (manifest.trainset, manifest.trainset_hash) == ("tiny", tiny.content_hash)
+    assert manifest.trainsets == [{"name": "tiny", "hash": tiny.content_hash}]
+    assert set(manifest.dev_scores) == {"q5", "q6"}
+    shipped = artifacts.read_manifest(artifacts.SHIPPED / "deep-qwen2.5-coder-0.5b")  # compiled before pooling
+    assert shipped.trainset == "hotpotqa" and shipped.trainsets == []
+
+
+def test_only_an_optimizer_that_never_runs_the_train_split_pools(trainset: Path, other: Path,
+                                                                 settings: Config) -> None:
+    with pytest.raises(UserError, match="bootstrap runs the program on train questions.*--optimizer labeled"):
+        compiling.compile_program(compiling.CompileRequest(f"{trainset},{other}", "bootstrap"), settings)
+    with pytest.raises(UserError, match="given twice"):
+        compiling.compile_program(compiling.CompileRequest([str(trainset), str(trainset)], "labeled"), settings)
+
+
+def test_stratify_is_a_switch_of_the_labeled_optimizer() -> None:
+    labeled = OPTIMIZERS["labeled"]
+    assert settings_for(labeled, {})["stratify"] is True
+    assert settings_for(labeled, {"stratify": "false"})["stratify"] is False
+    with pytest.raises(UserError, match="stratify takes true or false"):
+        settings_for(labeled, {"stratify": "maybe"})
+
+
+def test_dry_run_estimates_the_pooled_run(trainset: Path, other: Path) -> None:
+    repeated = CliRunner().invoke(app, ["compile", "--trainset", str(trainset), "--trainset", str(other),
+                                        "--optimizer", "labeled", "--dry-run", "--json"])
+    assert repeated.exit_code == 0, repeated.output
+    cost = json.loads(repeated.stdout)
+    assert (cost["trainset"], cost["train"], cost["dev"]) == ("tiny+other", 4 + 3, 2 + 1)
+    assert cost["program_runs"] == 2 * 3 and [s["name"] for s in cost["trainsets"]] == ["tiny", "other"]
+    joined = CliRunner().invoke(app, ["compile", "--trainset", f"{trainset},{other}", "--optimizer", "labeled",
+                                      "--dry-run", "--train-limit", "1"])
+    assert joined.exit_code == 0, joined.output
+    assert "labeled on tiny+other: 2 train, 0 validation, 3 dev questions; ≤ 6 program runs" in joined.stdout
+    refused = invoke("compile", "--trainset", f"{trainset},{other}", "--dry-run")  # bootstrap, the default
+    assert refused.returncode == 2 and "--optimizer labeled" in refused.stderr
