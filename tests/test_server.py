@@ -348,6 +348,8 @@ def test_a_client_that_leaves_cancels_its_run_at_the_next_step(served: str, fake
         for kind, _ in sse(response.iter_lines()):
             if kind == "plan":
                 break
+        while len(fake_lm.requests) < 2:  # the client leaves while the call after the plan is under way
+            time.sleep(0.02)
     # The server notices the closed connection in its own time; only then may the held call answer.
     assert seen_leaving.wait(30), "the server did not notice the client leave"
     fake_lm.release.set()  # the held call answers; the run meets its next step and stops there
