@@ -7,21 +7,16 @@ from collections.abc import Mapping
 import dspy
 
 from dspy_rag.citations import number_passages
-from dspy_rag.evals.metrics import normalize_answer
+from dspy_rag.evals.metrics import answer_contains
 from dspy_rag.retrieval import Passage, Retriever
 
 PASSAGES = 2  # each a whole chunk: more would crowd a 4,096-token window once several demos are shown
 
 
-def states_answer(passage: Passage, example: dspy.Example) -> bool:
-    text = normalize_answer(passage.text)
-    return any(normalize_answer(answer) in text for answer in (example.short_answer, *example.aliases) if answer)
-
-
 def found_evidence(example: dspy.Example, retriever: Retriever) -> list[Passage]:
     """The passages of the gold sections that state the answer, best ranked first."""
     found = {p.id: p for section in example.gold_sections for p in retriever.search(example.question, section=section)
-             if states_answer(p, example)}
+             if answer_contains(p.text, example.short_answer, example.aliases)}
     return sorted(found.values(), key=lambda p: -p.score)[:PASSAGES]
 
 
