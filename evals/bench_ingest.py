@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -29,40 +30,47 @@ INPUTS = ("10k", "text")
 
 # The child: one ingest into a fresh index, then what it cost.
 CHILD = """
-import json, re, sys, time
-from pathlib import Path
+import json, sys, time
 import dspy_rag
 from dspy_rag.config import load_config
+from dspy_rag.evals.bench_ingest import status_mb
 from dspy_rag.index import Index
 started = time.perf_counter()
 index = Index(load_config(overrides={"index.path": sys.argv[1]}, environ={}))
 report = index.ingest([sys.argv[2]])
-peak_kb = int(re.search(r"VmHWM:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1))
 print(json.dumps({"seconds": time.perf_counter() - started, "chunks": report.chunks_written,
-                  "peak_rss_mb": peak_kb / 1024, "code": dspy_rag.__file__}))
+                  "peak_rss_mb": status_mb("VmHWM"), "code": dspy_rag.__file__}))
 """
 
-# `--commit-only`: the file parsed and chunked, then its catalog commit (postings and all) alone, no embedding;
-# the commit's own peak is read after VmHWM is reset (clear_refs 5) once the chunks are in memory.
+# `--commit-only`: the file parsed and chunked as the default configuration chunks it, then its catalog commit
+# (postings and all) alone, no embedding; the commit's own peak is read after VmHWM is reset (clear_refs 5) once
+# the chunks are in memory.
 COMMIT_CHILD = """
-import json, re, sys, time
+import json, sys, time
 from pathlib import Path
 import dspy_rag
 from dspy_rag.catalog import Catalog
 from dspy_rag.chunking import chunk_document
+from dspy_rag.config import load_config
 from dspy_rag.documents import parse, read_bytes
-def status(key):
-    return int(re.search(key + r":\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1)) / 1024
-file = Path(sys.argv[2])
-chunks = chunk_document(parse(read_bytes(file), str(file), "text"), 1000, 150)
+from dspy_rag.evals.bench_ingest import status_mb
+config, file = load_config(environ={}), Path(sys.argv[2])
+chunks = chunk_document(parse(read_bytes(file), str(file), "text"), config.ingest.chunk_chars,
+                        config.ingest.chunk_overlap)
 Path("/proc/self/clear_refs").write_text("5")
-before, started = status("VmRSS"), time.perf_counter()
-catalog = Catalog(Path(sys.argv[1]), "local/all-minilm-l6-v2", writer=True)
+before, started = status_mb("VmRSS"), time.perf_counter()
+catalog = Catalog(Path(sys.argv[1]), config.embedding.model, writer=True)
 with catalog.transaction():
     catalog.replace(str(file), "0" * 64, "text", chunks)
-print(json.dumps({"seconds": time.perf_counter() - started, "chunks": len(chunks), "peak_rss_mb": status("VmHWM"),
-                  "commit_extra_mb": status("VmHWM") - before, "code": dspy_rag.__file__}))
+print(json.dumps({"seconds": time.perf_counter() - started, "chunks": len(chunks), "peak_rss_mb": status_mb("VmHWM"),
+                  "commit_extra_mb": status_mb("VmHWM") - before, "code": dspy_rag.__file__}))
 """
+
+
+def status_mb(key: str) -> float:
+    """This process's memory figure `key` (VmRSS, VmHWM) from /proc, in MB."""
+    kilobytes = re.findall(key + r":\s+(\d+)", Path("/proc/self/status").read_text())
+    return int(kilobytes[0]) / 1024
 
 
 def paragraphs() -> Iterator[str]:
