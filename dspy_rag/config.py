@@ -16,6 +16,9 @@ from dspy_rag.errors import UserError, register_secret
 DEFAULT_CONFIG_FILE = Path("dspy-rag.yaml")
 ENV_PREFIX = "DSPY_RAG_"
 # Variables under our prefix that steer the tool itself rather than a configuration field.
+# The cores this process may run on (a container can allow fewer than the machine has): the embedder's and
+# the reranker's threads.
+CORES = len(os.sched_getaffinity(0))
 NON_CONFIG_ENV = frozenset({"DSPY_RAG_CONFIG", "DSPY_RAG_DEBUG", "DSPY_RAG_CACHE"})
 
 

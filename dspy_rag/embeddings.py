@@ -4,7 +4,6 @@ Chroma stores an embedding function's config with the collection; storing a name
 model path) keeps an index portable between checkouts, machines and a Chroma server.
 """
 
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -13,10 +12,10 @@ import numpy as np
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
 from chromadb.utils.embedding_functions import register_embedding_function
 
+from dspy_rag.config import CORES
 from dspy_rag.errors import UserError
 
 PACKAGED_MODEL = "local/all-minilm-l6-v2"
-CORES = len(os.sched_getaffinity(0))  # the cores this process may run on, which a container can make fewer than the machine's
 
 
 @lru_cache(maxsize=4)
