@@ -9,12 +9,13 @@ from dataclasses import asdict
 
 import dspy
 
+from dspy_rag.citations import number_passages
 from dspy_rag.config import TierConfig
 from dspy_rag.pipelines.answer_check import checked_answer
 from dspy_rag.pipelines.conflict_note import ConflictGuard, document_kinds
 from dspy_rag.pipelines.evidence import question_passages
 from dspy_rag.pipelines.lm_calls import Unparseable, predict_parsed
-from dspy_rag.pipelines.short_answer import ShortAnswer, in_reading_order
+from dspy_rag.pipelines.short_answer import ShortAnswer
 from dspy_rag.reranker import Reranker
 from dspy_rag.retrieval import Retriever
 from dspy_rag.web import WebSearch
@@ -41,7 +42,7 @@ class BaselineRAG(dspy.Module):
             return dspy.Prediction(answer="The index holds no passage that matches the question.", short_answer="",
                                    draft="", citations=[], passages=[], web_error=web_error, flagged=[], guards=guards,
                                    conflicts=[], single_source=None)
-        result, attempts = predict_parsed(self.answer, {"question": question, "passages": in_reading_order(passages)})
+        result, attempts = predict_parsed(self.answer, {"question": question, "passages": number_passages(passages)})
         if result is None:  # one call, no findings: nothing honest to fall back on
             raise Unparseable(f"the answer's output did not parse in {attempts} attempts")
         checked = checked_answer(question, result.short_answer, passages, self.conflict_guard,

@@ -10,7 +10,7 @@ from typing import Any
 import dspy
 
 from dspy_rag import answer_stream
-from dspy_rag.citations import answer_overlap, number_passages, sentences, with_marker, word_overlap
+from dspy_rag.citations import answer_overlap, sentences, with_marker, word_overlap
 from dspy_rag.plain_adapter import PlainAdapter, answer_so_far
 from dspy_rag.retrieval import Passage
 from dspy_rag.signatures import AnswerBriefly
@@ -36,12 +36,6 @@ def settled(reply: str) -> str:
     """The start of the short answer that a reply still being written gives whatever follows: its answer line so
     far to its last whole word, no dangling joiner (the next words may still be cut by the token cap)."""
     return whole_words(answer_so_far(reply), cut=True)
-
-
-def in_reading_order(passages: Sequence[Passage]) -> list[str]:
-    """The passages numbered as the answer's prompt shows them: best last, beside the question that follows them,
-    where the local models read best (docs/results/programs.md)."""
-    return number_passages(passages[::-1])
 
 
 def stating_sentence(short_answer: str, question: str, passages: Sequence[Passage]) -> tuple[int, str] | None:

@@ -7,13 +7,13 @@ from functools import partial
 import dspy
 from dspy.utils.exceptions import ContextWindowExceededError
 
-from dspy_rag.citations import restates, sentences, supports, with_marker, word_overlap
+from dspy_rag.citations import number_passages, restates, sentences, supports, with_marker, word_overlap
 from dspy_rag.config import TierConfig
 from dspy_rag.pipelines.answer_check import checked_answer
 from dspy_rag.pipelines.conflict_note import ConflictGuard
 from dspy_rag.pipelines.repair import Repair
 from dspy_rag.pipelines.research_run import ResearchRun
-from dspy_rag.pipelines.short_answer import ShortAnswer, in_reading_order
+from dspy_rag.pipelines.short_answer import ShortAnswer
 from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.trajectory import Trajectory
 from dspy_rag.retrieval import Passage
@@ -91,7 +91,7 @@ class Synthesizer(dspy.Module):
         while True:
             try:
                 return run.calls("answer", self.short_answer, lambda: fallback, final=True, question=question,
-                                 passages=in_reading_order(evidence)).short_answer, evidence
+                                 passages=number_passages(evidence)).short_answer, evidence
             except ContextWindowExceededError:
                 if len(evidence) == 1:
                     raise

@@ -39,14 +39,6 @@ def test_the_answer_is_led_by_the_cited_sentence_that_states_the_short_answer(te
     assert lm.history[-1]["kwargs"]["max_tokens"] == 48 and "response_format" not in lm.history[-1]["kwargs"]
 
 
-def test_the_prompt_shows_the_best_passage_last_beside_the_question(tenk_index: Index) -> None:
-    prediction, lm = run_scripted(tenk_index, "$15.01 billion")
-    prompt = " ".join(lm.history[-1]["messages"][-1]["content"].split())
-    shown = [prompt.index(" ".join(p.text.split())) for p in prediction.passages]
-    assert shown == sorted(shown, reverse=True)  # the reranker's first passage nearest the question
-    assert prompt.index("[1] ") == min(prompt.index(f"[{n}] ") for n in range(1, 5))  # numbered as shown
-
-
 def test_a_short_answer_no_passage_states_is_left_uncited_and_flagged(tenk_index: Index) -> None:
     prediction, _ = run_scripted(tenk_index, "forty two flying elephants")
     assert prediction.citations == [] and prediction.answer == "forty two flying elephants."

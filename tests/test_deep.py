@@ -83,10 +83,6 @@ def test_continue_then_finish_runs_every_module_once_per_step(tenk_index: Index)
     assert [kind for kind, _ in prediction.events][:7] == ["sources", "plan", "step", "query", "strategy", "sources",
                                                           "context"]
     assert prediction.events[0][1].startswith("for the question: ")
-    # the answer reads the evidence best last: the question's own best passage beside the question
-    answer_prompt = " ".join(lm.history[-1]["messages"][-1]["content"].split())
-    shown = [answer_prompt.index(" ".join(p.text.split())) for p in prediction.passages]
-    assert shown == sorted(shown, reverse=True) and prediction.passages[0].id == trajectory.floor[0].id
     # the findings reach the later modules: the second rewrite sees the first finding
     assert "$15.01 billion" in lm.history[6]["messages"][-1]["content"]
 

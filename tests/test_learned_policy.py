@@ -229,7 +229,7 @@ def two_step_replies(decision: str = "CONTINUE") -> dict[str, dict[str, Any]]:
         "`decision`": {"decision": decision, "reason": "scripted"},
         "What was Gaming revenue?": {"finding": "Gaming revenue was $9.07 billion."},
         "`finding`": {"finding": "Data Center revenue was $15.01 billion."},
-        "] gaming.md |": answer("$9.07 billion"),  # the Gaming passage among the evidence, wherever it is shown
+        "\n\n[2] gaming.md": answer("$9.07 billion"),
         "Question:\n": answer("$15.01 billion"),
     }
 
