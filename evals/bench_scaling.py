@@ -30,7 +30,7 @@ from dspy_rag.chunking import Chunk
 from dspy_rag.config import Config, load_config
 from dspy_rag.errors import UserError
 from dspy_rag.evals.bench_retrieval import latency_ms
-from dspy_rag.index import Index
+from dspy_rag.index import Index, ProgressFn
 from dspy_rag.retrieval import reciprocal_rank_fusion
 
 VOCABULARY_SIZE = 5000
@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 import dspy_rag.cli  # what `ask` imports before it opens the index: every command's module
 from dspy_rag.config import load_config
-from dspy_rag.index import Index
+from dspy_rag.index import Index, ProgressFn
 index = Index(load_config(overrides={"index.path": sys.argv[1]}, environ={})).require()
 index.keyword_search(sys.argv[2], 20)
 index.vector_search_by(np.frombuffer(bytes.fromhex(sys.argv[3]), np.float32), 20)
@@ -104,7 +104,11 @@ def committed_bytes(catalog: Catalog) -> int:
         return frames * PAGE
 
 
-def build_catalog(config: Config, texts: list[str]) -> list[int]:
+def no_progress(stage: str, done: int, total: int) -> None:
+    """The benchmark's default `ProgressFn`: silent."""
+
+
+def build_catalog(config: Config, texts: list[str], progress: ProgressFn = no_progress) -> list[int]:
     """Commit the texts as files of FILE_CHUNKS chunks, one transaction each; the bytes each commit wrote."""
     catalog = Catalog(config.index.path, config.embedding.model, writer=True)
     catalog.set_collection(config.index.collection)
@@ -116,15 +120,17 @@ def build_catalog(config: Config, texts: list[str]) -> list[int]:
         with catalog.transaction():
             catalog.replace(source, f"sha-{start}", "text", chunks)
         written.append(committed_bytes(catalog))
+        progress(f"{len(texts):,} chunks: catalog", start + len(chunks), len(texts))
     catalog.close()
     return written
 
 
-def fill_vectors(index: Index, vectors: np.ndarray) -> None:
+def fill_vectors(index: Index, vectors: np.ndarray, progress: ProgressFn = no_progress) -> None:
     """The index's own Chroma collection, filled in Chroma-sized batches under the catalog's chunk ids."""
     for start in range(0, len(vectors), CHROMA_BATCH):
         part = vectors[start : start + CHROMA_BATCH]
         index.collection.add(ids=[f"chunk-{n:07d}" for n in range(start, start + len(part))], embeddings=part)
+        progress(f"{len(vectors):,} chunks: vectors", start + len(part), len(vectors))
 
 
 def timed(build: Callable[[], Any]) -> tuple[Any, float]:
@@ -161,16 +167,18 @@ def hybrid_ids(index: Index, vector: np.ndarray, query: str) -> list[str]:
     return [item for item, _ in reciprocal_rank_fusion(rankings)[:SCALING_TOP_K]]
 
 
-def scale_once(rng: np.random.Generator, words: np.ndarray, size: int, queries: int) -> dict[str, Any]:
+def scale_once(rng: np.random.Generator, words: np.ndarray, size: int, queries: int,
+               progress: ProgressFn = no_progress) -> dict[str, Any]:
     vectors = unit_vectors(rng, size)
     texts = random_texts(rng, words, size, WORDS_PER_CHUNK)
     query_vectors = unit_vectors(rng, queries)
     query_texts = random_texts(rng, words, queries, QUERY_WORDS)
     with tempfile.TemporaryDirectory(prefix="dspy-rag-scaling-") as folder:
         config = load_config(overrides={"index.path": Path(folder) / "index"}, environ={})
-        written, keyword_build = timed(lambda: build_catalog(config, texts))
-        _, vector_build = timed(lambda: fill_vectors(Index(config), vectors))
+        written, keyword_build = timed(lambda: build_catalog(config, texts, progress))
+        _, vector_build = timed(lambda: fill_vectors(Index(config), vectors, progress))
         build_peak = peak_rss_mb()
+        progress(f"{size:,} chunks: reader start and queries", 0, 0)
         start = reader_start(config.index.path, query_texts[0], query_vectors[0])
         reader = Index(config).require()
         latencies = {
@@ -188,13 +196,13 @@ def scale_once(rng: np.random.Generator, words: np.ndarray, size: int, queries: 
             "start": start, **latencies}
 
 
-def scaling(sizes: list[int], queries: int = 50) -> list[dict[str, Any]]:
+def scaling(sizes: list[int], queries: int = 50, progress: ProgressFn = no_progress) -> list[dict[str, Any]]:
     """The figures of each size, smallest first (the build's peak memory is the process's, so far)."""
     if queries < 1 or any(size < SCALING_TOP_K for size in sizes):
         raise UserError(f"scaling needs at least one query and at least {SCALING_TOP_K} chunks per corpus")
     rng = np.random.default_rng(0)
     words = vocabulary(rng)
-    return [scale_once(rng, words, size, queries) for size in sorted(sizes)]
+    return [scale_once(rng, words, size, queries, progress) for size in sorted(sizes)]
 
 
 def parse_sizes(text: str) -> list[int]:

@@ -178,7 +178,11 @@ def test_cli_refuses_a_missing_file(tmp_path):
 
 
 def test_scaling_reports_its_figures():
-    [row] = scaling([3000], queries=5)
+    seen: dict[str, tuple[int, int]] = {}
+    [row] = scaling([3000], queries=5, progress=lambda stage, done, total: seen.__setitem__(stage, (done, total)))
+    # a 1M-chunk build runs for an hour: each stage shows how far it is, to its end
+    assert seen == {"3,000 chunks: catalog": (3000, 3000), "3,000 chunks: vectors": (3000, 3000),
+                    "3,000 chunks: reader start and queries": (0, 0)}
     assert row["chunks"] == 3000 and row["queries"] == 5
     assert row["build_seconds"]["vector"] > 0 and row["build_seconds"]["keyword"] > 0
     for name in ("vector_ms", "keyword_ms", "hybrid_ms"):

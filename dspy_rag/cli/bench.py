@@ -115,7 +115,8 @@ def retrieval(
         print_run(figures["retrieval"])
     if scaling_sizes:
         err.print(f"scaling: building synthetic corpora of {', '.join(f'{n:,}' for n in scaling_sizes)} chunks …")
-        figures["scaling"] = scaling(scaling_sizes)
+        with bar_display(transient=True) as display:
+            figures["scaling"] = scaling(scaling_sizes, progress=StageBar(display))
         print_scaling(figures["scaling"])
     if json_path is not None:
         write_json_atomic(json_path, figures)
