@@ -2,8 +2,10 @@
 policy LM call.
 
     dspy-rag distill-policy --trainset nvidia-10k --artifact tenk-bootstrap
+    dspy-rag distill-policy --trainset hotpotqa --trainset musique --decisions 150
 
-The artifact's program researches every train question to the end of its plan; each decision point gets
+The artifact's program researches train questions to the end of their plans (several sets' in turn, each on its
+own set's index and web, until `--decisions` decision points are traced, or all of them); each decision point gets
 its features, the policy LM's own decision and a label (`policy_labels`). A standardised, class-balanced
 logistic regression is cross-validated by question; the decision threshold is the one whose out-of-fold
 stops earn the most reward (score minus a cost per step) over the traced questions. The final model,
@@ -16,9 +18,10 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Sequence
+from itertools import zip_longest
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -39,15 +42,17 @@ if TYPE_CHECKING:  # dspy and scikit-learn cost a second to import, and every CL
 
 DEFAULT_STEP_COST = 0.02  # a step must raise the score by 2 points (of 100) to be worth its ~5 LM calls
 MAX_FOLDS = 5
+T = TypeVar("T")
 TRACE = "trace"  # the kind of run in the run store: a question researched to the end of its plan, taken apart
 
 
 @dataclass
 class DistillRequest:
-    trainset: str
+    trainset: str | list[str]  # one name or path, or several whose train questions are traced in turn
     artifact: str | None = None
     step_cost: float = DEFAULT_STEP_COST
-    train_limit: int | None = None
+    train_limit: int | None = None  # per set
+    decisions: int | None = None  # stop tracing once this many decision points are traced
 
 
 @dataclass
@@ -176,8 +181,13 @@ def report(policy: LearnedPolicy) -> str:
     s = policy.summary
     policies = "; ".join(f"{name} {r['steps']:.2f} steps, score {r['score']:.3f}, reward {r['reward']:.3f}"
                          for name, r in s["replayed"].items())
-    return (f"{s['decision_points']} decision points from {s['questions_with_decisions']} of {s['questions']} "
-            f"questions (FINISH {s['labels']['FINISH']}, CONTINUE {s['labels']['CONTINUE']}); {s['folds']}-fold "
+    target = s.get("decision_target")
+    short = f" (short of the {target} asked for: the train questions ran out)" if target and s["decision_points"] < target else ""
+    sets = s.get("per_set") or {}
+    by_set = (" [" + ", ".join(f"{name} {n['decision_points']} of {n['questions']} questions" for name, n in sets.items())
+              + "]") if len(sets) > 1 else ""
+    return (f"{s['decision_points']} decision points{short} from {s['questions_with_decisions']} of {s['questions']} "
+            f"questions{by_set} (FINISH {s['labels']['FINISH']}, CONTINUE {s['labels']['CONTINUE']}); {s['folds']}-fold "
             f"accuracy {s['cv_accuracy']:.2f} against the labels, agreement with the LM policy "
             f"{s['lm_agreement']:.2f} (the LM policy's own accuracy {s['lm_label_accuracy']:.2f}); threshold "
             f"{policy.threshold:.3f}; the traced runs replayed per policy (learned: out of fold), per question: "
@@ -201,50 +211,65 @@ def stored_trace(store: RunStore, context: RunContext, program: DeepResearch, ex
     return traced
 
 
+def in_turn(groups: list[list[T]]) -> list[T]:
+    """The groups' items taken one from each in turn (a, b, a, b, a ...), so a cut-off keeps every group."""
+    return [item for row in zip_longest(*groups) for item in row if item is not None]
+
+
 def distill_policy(request: DistillRequest, config: Config, reporter: Reporter = QUIET) -> LearnedPolicy:
     """Trace, label, fit and save; returns the policy written into the artifact."""
     import dspy
 
     from dspy_rag import artifacts
-    from dspy_rag.evals.research_metric import ResearchMetric, example_of
+    from dspy_rag.evals.research_metric import ResearchMetric
     from dspy_rag.models import build_lm, usage_since
+    from dspy_rag.optimizers.pool import Pool
     from dspy_rag.pipelines.policy_features import embed_texts
     from dspy_rag.pipelines.programs import build_program
-    from dspy_rag.trainsets.registry import load_trainset
 
     folder = artifacts.chosen(request.artifact or config.artifacts.default, config.artifacts.path, config.lm.model)
     if folder is None:
         raise UserError("distill-policy saves the policy into an artifact and runs its prompts; pass --artifact NAME "
                         "(compile one with `dspy-rag compile`)")
-    trainset = load_trainset(request.trainset)
-    examples = [example_of(q) for q in trainset.questions("train")[:request.train_limit]]
-    if not examples:
-        raise UserError(f"trainset {trainset.name} has no train questions")
+    pool = Pool.load(request.trainset)
+    examples = in_turn([[e for e in pool.examples("train", request.train_limit)
+                         if e.trainset == member.name] for member in pool.sets])
     started = time.perf_counter()
-    web = trainset.web(config)
-    program = build_program("deep", config, trainset.index(config), web, "plan")
-    manifest = artifacts.load(folder, program)
+    programs, contexts = {}, {}
+    for member in pool.sets:
+        web = member.web(config)
+        programs[member.name] = build_program("deep", config, member.index(config), web, "plan")
+        manifest = artifacts.load(folder, programs[member.name])
+        contexts[member.name] = run_context(programs[member.name], config, member.name, member.content_hash,
+                                            f"deep+{manifest.name}/plan (traced)", web)
     metric = ResearchMetric(manifest.weights)  # the artifact's own: the policy serves what its prompts were tuned for
-    reporter.say(f"loading {config.lm.model}; {len(examples)} train questions of {trainset.name}, prompts of {manifest.name}, "
-        f"metric {metric.name}")
+    target = f", until {request.decisions} decision points" if request.decisions else ""
+    reporter.say(f"loading {config.lm.model}; {len(examples)} train questions of {pool.name}{target}, prompts of "
+                 f"{manifest.name}, metric {metric.name}")
     lm = build_lm(config.lm)
     dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
-    start, traces = len(lm.history), []
-    context = run_context(program, config, trainset.name, trainset.content_hash, f"deep+{manifest.name}/plan (traced)",
-                          web)
+    start, traces, traced_sets = len(lm.history), [], []
     tally = Tally()
     with RunStore.of(config) as store, reporter.bars() as bars:
         bars.start("train questions, researched to the end of their plans", len(examples))
         for example in examples:
-            traces.append(stored_trace(store, context, program, example, metric, embed_texts, tally))
+            if request.decisions and sum(len(t.decisions) for t in traces) >= request.decisions:
+                break
+            traces.append(stored_trace(store, contexts[example.trainset], programs[example.trainset], example,
+                                       metric, embed_texts, tally))
+            traced_sets.append(example.trainset)
             bars.advance(f"{example.id}: {len(traces[-1].decisions)} decision point(s), scores "
                          + ", ".join(f"{s:.2f}" for s in traces[-1].scores))
     usage = usage_since(lm, start)
+    per_set = {member.name: {"questions": traced_sets.count(member.name),
+                             "decision_points": sum(len(t.decisions) for t, name in zip(traces, traced_sets,
+                                                                                     strict=True) if name == member.name)}
+               for member in pool.sets}
     policy = fit_policy(traces, request.step_cost, {
-        "trainset": trainset.name, "trainset_hash": trainset.content_hash, "artifact": manifest.name,
+        "trainset": pool.name, "trainset_hash": pool.content_hash, "trainsets": pool.record(), "per_set": per_set,
+        "decision_target": request.decisions, "artifact": manifest.name,
         "model": config.lm.model, "metric": metric.name, "lm_calls": usage["lm_calls"], "reused": tally.reused,
         "tokens": usage["prompt_tokens"] + usage["completion_tokens"],
         "seconds": round(time.perf_counter() - started, 1), "created": datetime.now(UTC).isoformat(timespec="seconds")})
     reporter.say(f"{report(policy)}; traced runs: {tally.text()}; saved {policy.save(folder)}")
     return policy
-

@@ -328,6 +328,27 @@ def test_distill_policy_labels_fits_and_saves_into_the_artifact(policy_workspace
     assert redone["lm_calls"] == 0 and redone["reused"] == 4 and redone["labels"] == summary["labels"]
 
 
+def test_distill_policy_traces_several_trainsets_in_turn_up_to_a_number_of_decisions(policy_workspace: Path) -> None:
+    tiny = (policy_workspace / "tiny.yaml").read_text()
+    (policy_workspace / "other.yaml").write_text(tiny.replace("name: tiny", "name: other"))
+    sets = [str(policy_workspace / name) for name in ("tiny.yaml", "other.yaml")]
+    result = invoke("distill-policy", "--trainset", ",".join(sets), "--artifact", "tiny-art", "--decisions", "4",
+                    "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)["summary"]
+    # one decision point a question, the sets in turn: q1 and q2 of each, then the target is met
+    assert summary["per_set"] == {"tiny": {"questions": 2, "decision_points": 2},
+                                  "other": {"questions": 2, "decision_points": 2}}
+    assert summary["trainset"] == "tiny+other" and [s["name"] for s in summary["trainsets"]] == ["tiny", "other"]
+    assert summary["labels"] == {"FINISH": 2, "CONTINUE": 2} and summary["decision_target"] == 4
+    assert "4 decision points from 4 of 4 questions [tiny 2 of 2 questions, other 2 of 2 questions]" in result.stderr
+    # a target the train questions cannot meet: every question is traced (from the run store where it can be)
+    short = invoke("distill-policy", "--trainset", sets[0], "--artifact", "tiny-art", "--decisions", "50")
+    assert short.returncode == 0, short.stderr
+    assert "4 decision points (short of the 50 asked for: the train questions ran out)" in short.stderr
+    assert "2 reused from the run store" in short.stderr
+
+
 def test_distill_policy_refuses_what_it_cannot_learn_from(policy_workspace: Path) -> None:
     trainset = str(policy_workspace / "tiny.yaml")
     assert_one_line_error(invoke("distill-policy", "--trainset", trainset, "--artifact", "none"),

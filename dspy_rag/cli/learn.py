@@ -124,21 +124,25 @@ def compile_command(
 
 
 def distill_policy_command(
-    trainset: Annotated[str, typer.Option(help="trainset name or YAML definition: its train questions are traced")],
+    trainset: Annotated[list[str], typer.Option(help="trainset name or YAML definition whose train questions are "
+                                                "traced; repeat it (or join names with commas) to trace several in turn")],
     artifact: Annotated[str | None, typer.Option(
         help="the artifact whose prompts run and that receives policy.json (default: artifacts.default)")] = None,
     model: ModelOption = None,
     step_cost: Annotated[float, typer.Option(min=0.0, max=1.0, help="the score a research step must add to be "
                                              "worth it")] = DEFAULT_STEP_COST,
-    train_limit: Annotated[int | None, typer.Option(min=1, help="first N train questions")] = None,
+    train_limit: Annotated[int | None, typer.Option(min=1, help="first N train questions of each trainset")] = None,
+    decisions: Annotated[int | None, typer.Option(min=1, help="stop tracing once N decision points are traced")] = None,
     config: ConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Learn when to stop researching: label every decision point of traced train runs, fit a logistic
     regression and save it into the artifact (`ask --policy learned`)."""
     from dspy_rag.optimizers.distill_policy import DistillRequest, distill_policy
+    from dspy_rag.optimizers.pool import trainset_names
 
     settings = config_of(config, **{"lm.model": model})
-    policy = distill_policy(DistillRequest(trainset, artifact, step_cost, train_limit), settings, STDERR)
+    policy = distill_policy(DistillRequest(trainset_names(trainset), artifact, step_cost, train_limit, decisions),
+                            settings, STDERR)
     if as_json:
         print_json(asdict(policy))
