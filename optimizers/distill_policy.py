@@ -1,15 +1,17 @@
-"""`dspy-rag distill-policy`: learn when to stop researching, as a logistic regression that replaces the
-policy LM call.
+"""`dspy-rag distill-policy`: learn when to stop researching and when to re-plan, as logistic regressions that
+replace the policy LM call.
 
     dspy-rag distill-policy --trainset nvidia-10k --artifact tenk-bootstrap
     dspy-rag distill-policy --trainset hotpotqa --trainset musique --decisions 150
 
 The artifact's program researches train questions to the end of their plans (several sets' in turn, each on its
-own set's index and web, until `--decisions` decision points are traced, or all of them); each decision point gets
-its features, the policy LM's own decision and a label (`policy_labels`). A standardised, class-balanced
-logistic regression is cross-validated by question; the decision threshold is the one whose out-of-fold
-stops earn the most reward (score minus a cost per step) over the traced questions. The final model,
-fit on every decision point, is written into the artifact as `policy.json`.
+own set's index and web, until `--decisions` decision points are traced, or all of them), and with `revise` once
+more re-planning at the plan's end; each decision point gets its features, the policy LM's own decision and a
+label (`policy_labels`). Per decision (FINISH while the plan has steps left, REVISE at its end) a standardised,
+class-balanced logistic regression is cross-validated by question; its threshold is the one whose out-of-fold
+decisions earn the most reward (score minus a cost per step) over the traced questions. A decision whose labels
+are too few to cross-validate is not learned (the policy follows the plan there). The final models, fit on
+every decision point, are written into the artifact as `policy.json`.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from __future__ import annotations
 import statistics
 import time
 from collections import Counter
-from collections.abc import Sequence
-from itertools import zip_longest
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from itertools import zip_longest
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -37,7 +39,7 @@ if TYPE_CHECKING:  # dspy and scikit-learn cost a second to import, and every CL
     from dspy_rag.evals.research_metric import ResearchMetric
     from dspy_rag.optimizers.policy_labels import Decision, TracedQuestion
     from dspy_rag.pipelines.deep import DeepResearch
-    from dspy_rag.pipelines.learned_policy import LearnedPolicy
+    from dspy_rag.pipelines.learned_policy import Classifier, LearnedPolicy
     from dspy_rag.pipelines.policy_features import Embed
 
 DEFAULT_STEP_COST = 0.02  # a step must raise the score by 2 points (of 100) to be worth its ~5 LM calls
@@ -53,66 +55,80 @@ class DistillRequest:
     step_cost: float = DEFAULT_STEP_COST
     train_limit: int | None = None  # per set
     decisions: int | None = None  # stop tracing once this many decision points are traced
+    revise: bool = True  # also run each question re-planned once at its plan's end, to learn REVISE
 
 
 @dataclass
 class Dataset:
-    """The decision points of the traced questions: features, labels (1 = FINISH), the LM's decisions, question."""
+    """The labelled decision points of one decision (FINISH while the plan has steps left, REVISE at its end):
+    features, labels (1: take the decision), whether the policy LM took it, the question each belongs to."""
 
-    decisions: list[Decision]
+    yes: str
+    no: str
     x: np.ndarray
-    finish: np.ndarray
-    lm_finish: np.ndarray
+    label: np.ndarray
+    lm: np.ndarray
     groups: np.ndarray
+    lm_decisions: dict[str, int]
 
 
-def dataset(traces: list[TracedQuestion], cost: float) -> Dataset:
-    from dspy_rag.pipelines.policy_features import vector
+def finish_data(traces: list[TracedQuestion], cost: float) -> Dataset:
+    from dspy_rag.pipelines.policy_features import FEATURES, vector
 
     decisions = [d for t in traces for d in t.decisions]
-    return Dataset(decisions, np.array([vector(d.features) for d in decisions]),
+    return Dataset("FINISH", "CONTINUE", np.array([vector(d.features) for d in decisions]).reshape(-1, len(FEATURES)),
                    np.array([label for t in traces for label in t.labels(cost)], dtype=int),
                    np.array([d.lm_decision == "FINISH" for d in decisions], dtype=int),
-                   np.array([n for n, t in enumerate(traces) for _ in t.decisions]))
+                   np.array([n for n, t in enumerate(traces) for _ in t.decisions], dtype=int),
+                   dict(Counter(d.lm_decision for d in decisions)))
 
 
-def fit_classifier(x: np.ndarray, finish: np.ndarray) -> Pipeline:
-    """Standardised features, a logistic regression whose classes weigh alike however rare FINISH is."""
+def revise_data(traces: list[TracedQuestion], cost: float) -> Dataset:
+    from dspy_rag.pipelines.policy_features import FEATURES, vector
+
+    ends = [(n, t.revision, t.revise_label(cost)) for n, t in enumerate(traces) if t.revision is not None]
+    return Dataset("REVISE", "FINISH", np.array([vector(r.features) for _, r, _ in ends]).reshape(-1, len(FEATURES)),
+                   np.array([label for _, _, label in ends], dtype=int),
+                   np.array([r.lm_decision == "REVISE" for _, r, _ in ends], dtype=int),
+                   np.array([n for n, _, _ in ends], dtype=int), dict(Counter(r.lm_decision for _, r, _ in ends)))
+
+
+def fit_classifier(x: np.ndarray, label: np.ndarray) -> Pipeline:
+    """Standardised features, a logistic regression whose classes weigh alike however rare one is."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import StandardScaler
 
     model = Pipeline([("scale", StandardScaler()),
                       ("classify", LogisticRegression(class_weight="balanced", max_iter=1000))])
-    return model.fit(x, finish)
+    return model.fit(x, label)
 
 
-def policy_of(model: Pipeline, threshold: float, summary: dict[str, Any]) -> LearnedPolicy:
-    """The fitted model as the JSON policy the program runs."""
-    from dspy_rag.pipelines.learned_policy import LearnedPolicy
-    from dspy_rag.pipelines.policy_features import FEATURES
+def classifier_of(model: Pipeline, threshold: float) -> Classifier:
+    """The fitted model as the JSON classifier the program runs."""
+    from dspy_rag.pipelines.learned_policy import Classifier
 
-    scaler, classifier = model.named_steps["scale"], model.named_steps["classify"]
-    return LearnedPolicy(list(FEATURES), scaler.mean_.tolist(), scaler.scale_.tolist(), classifier.coef_[0].tolist(),
-                         float(classifier.intercept_[0]), threshold, summary)
+    scaler, classify = model.named_steps["scale"], model.named_steps["classify"]
+    return Classifier(scaler.mean_.tolist(), scaler.scale_.tolist(), classify.coef_[0].tolist(),
+                      float(classify.intercept_[0]), threshold)
 
 
 def questions_per_label(data: Dataset) -> int:
     """How many questions the rarer label occurs in."""
-    return min(len(set(data.groups[data.finish == label])) for label in (0, 1))
+    return min(len(set(data.groups[data.label == label].tolist())) for label in (0, 1))
 
 
 def out_of_fold(data: Dataset) -> tuple[np.ndarray, int]:
-    """Each decision point's p(FINISH) from a model fit without its question, and the number of folds."""
+    """Each decision point's probability of the decision from a model fit without its question, and the folds."""
     from sklearn.model_selection import StratifiedGroupKFold
 
     folds = min(MAX_FOLDS, questions_per_label(data))
-    probabilities = np.zeros(len(data.finish))
-    for train, test in StratifiedGroupKFold(n_splits=folds).split(data.x, data.finish, data.groups):
-        if len(set(data.finish[train])) < 2:
+    probabilities = np.zeros(len(data.label))
+    for train, test in StratifiedGroupKFold(n_splits=folds).split(data.x, data.label, data.groups):
+        if len(set(data.label[train].tolist())) < 2:
             raise UserError(f"a cross-validation fold holds only one label; use more train questions ({folds} "
                             "questions carry the rarer label)")
-        probabilities[test] = fit_classifier(data.x[train], data.finish[train]).predict_proba(data.x[test])[:, 1]
+        probabilities[test] = fit_classifier(data.x[train], data.label[train]).predict_proba(data.x[test])[:, 1]
     return probabilities, folds
 
 
@@ -125,87 +141,146 @@ def per_question(traces: list[TracedQuestion], flat: Sequence[Any]) -> list[list
     return grouped
 
 
-def simulate(scores: list[float], stops: list[bool], cost: float) -> tuple[float, int, float]:
-    """Reward, steps and score of a policy that stops at its first yes (else after the last step)."""
-    stop = next((i for i, yes in enumerate(stops) if yes), len(scores) - 1)
-    return scores[stop] - cost * (stop + 1), stop + 1, scores[stop]
+@dataclass
+class Choices:
+    """A policy's decisions on the traced questions: where it stops (per question, per decision point) and
+    whether it re-plans at the plan's end (per question)."""
+
+    stops: list[list[bool]]
+    revises: list[bool]
 
 
-def outcome(traces: list[TracedQuestion], stops: list[list[bool]], cost: float) -> dict[str, float]:
+def simulate(trace: TracedQuestion, stops: list[bool], revise: bool, cost: float) -> tuple[float, int, float]:
+    """Reward, steps and score of a policy that stops at its first yes, else re-plans at the plan's end when it
+    says so and the re-planned run was traced, else answers after the last step."""
+    stop = next((i for i, yes in enumerate(stops) if yes), len(trace.scores) - 1)
+    score, steps = trace.scores[stop], stop + 1
+    if stop == len(trace.scores) - 1 and revise and trace.revision is not None:
+        score, steps = trace.revision.score, steps + trace.revision.added_steps
+    return score - cost * steps, steps, score
+
+
+def outcome(traces: list[TracedQuestion], choices: Choices, cost: float) -> dict[str, float]:
     """Mean reward, steps and score over the questions."""
-    runs = [simulate(t.scores, s, cost) for t, s in zip(traces, stops, strict=True)]
+    runs = [simulate(t, s, r, cost) for t, s, r in zip(traces, choices.stops, choices.revises, strict=True)]
     return {name: round(statistics.fmean(r[n] for r in runs), 4) for n, name in enumerate(("reward", "steps", "score"))}
 
 
-def choose_threshold(traces: list[TracedQuestion], probabilities: np.ndarray, cost: float) -> float:
-    """The threshold whose stops earn the most mean reward; of equals, the highest (it stops only when surer)."""
-    grouped = per_question(traces, probabilities.tolist())
+def choose_threshold(probabilities: np.ndarray, reward: Callable[[list[bool]], float]) -> float:
+    """The threshold whose decisions earn the most mean reward; of equals, the highest (it decides only when
+    surer)."""
     candidates = sorted(set(probabilities.tolist()) | {1.0}, reverse=True)
-    return max(candidates, key=lambda t: outcome(traces, [[p >= t for p in ps] for ps in grouped], cost)["reward"])
+    return max(candidates, key=lambda t: reward([p >= t for p in probabilities.tolist()]))
+
+
+@dataclass
+class Part:
+    """One decision's classifier (None: not learned, and why), its out-of-fold decisions and its summary."""
+
+    classifier: Classifier | None
+    chosen: list[bool] | None
+    summary: dict[str, Any]
+
+
+def fit_part(data: Dataset, reward: Callable[[list[bool]], float], unlearnable: str) -> Part:
+    """Cross-validate, choose the threshold, fit on everything; or say why the decision cannot be learned."""
+    counts = {data.yes: int(data.label.sum()), data.no: int(len(data.label) - data.label.sum())}
+    summary: dict[str, Any] = {"decision_points": len(data.label), "labels": counts, "lm_decisions": data.lm_decisions}
+    if not len(data.label):
+        return Part(None, None, summary | {"why": unlearnable})
+    if questions_per_label(data) < 2:
+        return Part(None, None, summary | {"why": f"the labels need both {data.yes} and {data.no} in at least two "
+                                                  f"questions each to cross-validate ({data.yes} {counts[data.yes]}, "
+                                                  f"{data.no} {counts[data.no]} decision points)"})
+    try:
+        probabilities, folds = out_of_fold(data)
+    except UserError as exc:
+        return Part(None, None, summary | {"why": str(exc)})
+    threshold = choose_threshold(probabilities, reward)
+    chosen = (probabilities >= threshold).astype(int)
+    summary |= {"folds": folds, "threshold": threshold, "cv_accuracy": round(float(np.mean(chosen == data.label)), 4),
+                "lm_agreement": round(float(np.mean(chosen == data.lm)), 4),
+                "lm_label_accuracy": round(float(np.mean(data.lm == data.label)), 4)}
+    return Part(classifier_of(fit_classifier(data.x, data.label), threshold), chosen.astype(bool).tolist(), summary)
 
 
 def fit_policy(traces: list[TracedQuestion], cost: float, context: dict[str, Any]) -> LearnedPolicy:
-    """Cross-validate, choose the threshold, fit on everything; the summary says how well and on what."""
-    learned_from = [t for t in traces if t.decisions]
-    if not learned_from:
-        raise UserError("no decision point to learn from: every traced run finished its plan after one step; "
-                        "distill from an artifact whose planner makes multi-step plans (compile one first)")
-    data = dataset(learned_from, cost)
-    if questions_per_label(data) < 2:
-        counts = Counter("FINISH" if f else "CONTINUE" for f in data.finish)
-        raise UserError(f"the labels need both FINISH and CONTINUE in at least two questions each to cross-validate "
-                        f"(FINISH {counts['FINISH']}, CONTINUE {counts['CONTINUE']} decision points); use more "
-                        "train questions or another trainset")
-    probabilities, folds = out_of_fold(data)
-    threshold = choose_threshold(learned_from, probabilities, cost)
-    predicted = (probabilities >= threshold).astype(int)
-    stops = {"learned": per_question(learned_from, predicted.astype(bool).tolist()),
-             # REVISE replays as going on: the re-planned run it asked for was not traced.
-             "llm": per_question(learned_from, data.lm_finish.astype(bool).tolist()),
-             "plan": [[False] * len(t.decisions) for t in learned_from],
-             "oracle": [t.labels(cost) for t in learned_from]}  # the labels' own stops: the best a stop rule can do
-    summary = {
-        **context, "step_cost": cost, "questions": len(traces), "questions_with_decisions": len(learned_from),
-        "decision_points": len(data.finish), "labels": {"FINISH": int(data.finish.sum()),
-                                                        "CONTINUE": int(len(data.finish) - data.finish.sum())},
-        "lm_decisions": dict(Counter(d.lm_decision for d in data.decisions)), "folds": folds,
-        "cv_accuracy": round(float(np.mean(predicted == data.finish)), 4),
-        "lm_agreement": round(float(np.mean(predicted == data.lm_finish)), 4),
-        "lm_label_accuracy": round(float(np.mean(data.lm_finish == data.finish)), 4),
-        "replayed": {name: outcome(learned_from, s, cost) for name, s in stops.items()},
-    }
-    return policy_of(fit_classifier(data.x, data.finish), threshold, summary)
+    """Learn each decision the traces can teach; the summary says how well, on what, and the traced runs
+    replayed under the learned, LM, plan and oracle decisions."""
+    from dspy_rag.pipelines.learned_policy import LearnedPolicy
+    from dspy_rag.pipelines.policy_features import FEATURES
+
+    learned_from = [t for t in traces if t.points]
+    finishing, revising = finish_data(learned_from, cost), revise_data(learned_from, cost)
+    ended = [t for t in learned_from if t.revision is not None]
+    plan_stops = [[False] * len(t.decisions) for t in learned_from]
+    finish = fit_part(finishing, lambda yes: outcome(learned_from, Choices(per_question(learned_from, yes),
+                                                                            [False] * len(learned_from)), cost)["reward"],
+                      "every traced run finished its plan after one step, so no step had a continuation to "
+                      "compare with")
+    revise = fit_part(revising, lambda yes: outcome(ended, Choices([[False] * len(t.decisions) for t in ended], yes),
+                                                    cost)["reward"],
+                      "no traced run was re-planned at its plan's end (traced with --no-revise, or every run "
+                      "stopped on a budget)")
+    if finish.classifier is None and revise.classifier is None:
+        raise UserError(f"nothing to learn from {len(traces)} traced questions: FINISH: {finish.summary['why']}; "
+                        f"REVISE: {revise.summary['why']}; use more train questions or another trainset")
+
+    def at_ends(values: Sequence[bool]) -> list[bool]:  # the per-question revise choices, False where not traced
+        by_question = dict(zip(revising.groups.tolist(), values, strict=True))
+        return [bool(by_question.get(n, False)) for n in range(len(learned_from))]
+
+    policies = {"learned": Choices(plan_stops if finish.chosen is None else per_question(learned_from, finish.chosen),
+                                   [False] * len(learned_from) if revise.chosen is None else at_ends(revise.chosen)),
+                # the LM's REVISE while the plan has steps left replays as going on: that re-planned run was not traced
+                "llm": Choices(per_question(learned_from, finishing.lm.astype(bool).tolist()),
+                               at_ends(revising.lm.astype(bool).tolist())),
+                "plan": Choices(plan_stops, [False] * len(learned_from)),
+                "oracle": Choices([t.labels(cost) for t in learned_from],  # the labels' own: the best they allow
+                                  [t.revise_label(cost) for t in learned_from])}
+    summary = {**context, "step_cost": cost, "questions": len(traces), "questions_with_decisions": len(learned_from),
+               "decision_points": sum(t.points for t in learned_from), "finish": finish.summary,
+               "revise": revise.summary,
+               "replayed": {name: outcome(learned_from, choices, cost) for name, choices in policies.items()}}
+    return LearnedPolicy(list(FEATURES), finish.classifier, revise.classifier, summary)
+
+
+def part_report(name: str, s: dict[str, Any]) -> str:
+    if "why" in s:
+        return f"{name}: not learned ({s['why']})"
+    labels = ", ".join(f"{label} {n}" for label, n in s["labels"].items())
+    return (f"{name}: {s['decision_points']} decision points ({labels}); {s['folds']}-fold accuracy "
+            f"{s['cv_accuracy']:.2f} against the labels, agreement with the LM policy {s['lm_agreement']:.2f} (the "
+            f"LM policy's own accuracy {s['lm_label_accuracy']:.2f}); threshold {s['threshold']:.3f}")
 
 
 def report(policy: LearnedPolicy) -> str:
     s = policy.summary
-    policies = "; ".join(f"{name} {r['steps']:.2f} steps, score {r['score']:.3f}, reward {r['reward']:.3f}"
-                         for name, r in s["replayed"].items())
     target = s.get("decision_target")
     short = f" (short of the {target} asked for: the train questions ran out)" if target and s["decision_points"] < target else ""
     sets = s.get("per_set") or {}
-    by_set = (" [" + ", ".join(f"{name} {n['decision_points']} of {n['questions']} questions" for name, n in sets.items())
-              + "]") if len(sets) > 1 else ""
+    by_set = (" [" + ", ".join(f"{name}: {n['questions']} questions, {n['decision_points']} points"
+                               for name, n in sets.items()) + "]") if len(sets) > 1 else ""
+    policies = "; ".join(f"{name} {r['steps']:.2f} steps, score {r['score']:.3f}, reward {r['reward']:.3f}"
+                         for name, r in s["replayed"].items())
     return (f"{s['decision_points']} decision points{short} from {s['questions_with_decisions']} of {s['questions']} "
-            f"questions{by_set} (FINISH {s['labels']['FINISH']}, CONTINUE {s['labels']['CONTINUE']}); {s['folds']}-fold "
-            f"accuracy {s['cv_accuracy']:.2f} against the labels, agreement with the LM policy "
-            f"{s['lm_agreement']:.2f} (the LM policy's own accuracy {s['lm_label_accuracy']:.2f}); threshold "
-            f"{policy.threshold:.3f}; the traced runs replayed per policy (learned: out of fold), per question: "
-            f"{policies}")
+            f"questions{by_set}; {part_report('FINISH', s['finish'])}; {part_report('REVISE', s['revise'])}; the "
+            f"traced runs replayed per policy (learned: out of fold), per question: {policies}")
 
 
 def stored_trace(store: RunStore, context: RunContext, program: DeepResearch, example: dspy.Example,
-                 metric: ResearchMetric, embed: Embed, tally: Tally) -> TracedQuestion:
+                 metric: ResearchMetric, embed: Embed, tally: Tally, revise: bool) -> TracedQuestion:
     """The question traced to the end of its plan, from the run store when the same trace was made before (its
     decision points are scored with the metric, so the metric is keyed too)."""
-    from dspy_rag.optimizers.policy_labels import Decision, TracedQuestion, trace_question
+    from dspy_rag.optimizers.policy_labels import Decision, Revision, TracedQuestion, trace_question
 
     key = context.key(TRACE, example.question, [metric.name, example.short_answer, example.aliases,
-                                                 example.gold_passages, example.gold_sections])
+                                                 example.gold_passages, example.gold_sections, revise])
     if (found := store.get(key)) is not None:
         tally.reused += 1
-        return TracedQuestion(example.id, [Decision(**d) for d in found["decisions"]], found["final_score"])
-    traced = trace_question(program, example, metric, embed)
+        return TracedQuestion(example.id, [Decision(**d) for d in found["decisions"]], found["final_score"],
+                              Revision(**found["revision"]) if found.get("revision") else None)
+    traced = trace_question(program, example, metric, embed, revise)
     store.put(key, context, TRACE, example.id, asdict(traced))
     tally.run += 1
     return traced
@@ -253,17 +328,20 @@ def distill_policy(request: DistillRequest, config: Config, reporter: Reporter =
     with RunStore.of(config) as store, reporter.bars() as bars:
         bars.start("train questions, researched to the end of their plans", len(examples))
         for example in examples:
-            if request.decisions and sum(len(t.decisions) for t in traces) >= request.decisions:
+            if request.decisions and sum(t.points for t in traces) >= request.decisions:
                 break
             traces.append(stored_trace(store, contexts[example.trainset], programs[example.trainset], example,
-                                       metric, embed_texts, tally))
+                                       metric, embed_texts, tally, request.revise))
             traced_sets.append(example.trainset)
-            bars.advance(f"{example.id}: {len(traces[-1].decisions)} decision point(s), scores "
-                         + ", ".join(f"{s:.2f}" for s in traces[-1].scores))
+            traced = traces[-1]
+            revised = (f", re-planned {traced.revision.score:.2f} (+{traced.revision.added_steps} steps)"
+                       if traced.revision else "")
+            bars.advance(f"{example.id}: {traced.points} decision point(s), scores "
+                         + ", ".join(f"{s:.2f}" for s in traced.scores) + revised)
     usage = usage_since(lm, start)
     per_set = {member.name: {"questions": traced_sets.count(member.name),
-                             "decision_points": sum(len(t.decisions) for t, name in zip(traces, traced_sets,
-                                                                                     strict=True) if name == member.name)}
+                             "decision_points": sum(t.points for t, name in zip(traces, traced_sets, strict=True)
+                                                    if name == member.name)}
                for member in pool.sets}
     policy = fit_policy(traces, request.step_cost, {
         "trainset": pool.name, "trainset_hash": pool.content_hash, "trainsets": pool.record(), "per_set": per_set,

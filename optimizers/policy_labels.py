@@ -10,6 +10,8 @@ score[i] - cost * (i + 1), and the label is the optimal-stopping one: FINISH whe
 least as much as the best later stop.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import dspy
@@ -32,18 +34,38 @@ class Decision:
 
 
 @dataclass
+class Revision:
+    """The plan's end, where the research could re-plan once instead of answering, and what re-planning gave."""
+
+    features: dict[str, float]
+    lm_decision: str  # what the policy LM would have decided here
+    score: float  # the metric's score of the answer after the re-planned research
+    added_steps: int  # research steps the re-planned run made beyond the first plan's
+
+
+@dataclass
 class TracedQuestion:
     id: str
     decisions: list[Decision]
     final_score: float  # the answer after the whole plan
+    revision: Revision | None = None  # traced with `revise` and the first plan researched to its end
 
     @property
     def scores(self) -> list[float]:
         """The score had the research stopped after each step; the last is the final answer's."""
         return [d.stop_score for d in self.decisions] + [self.final_score]
 
+    @property
+    def points(self) -> int:
+        """Its decision points with a label: every step's but the last, and the plan's end when re-planned."""
+        return len(self.decisions) + (self.revision is not None)
+
     def labels(self, cost: float) -> list[bool]:
         return stop_labels(self.scores, cost)
+
+    def revise_label(self, cost: float) -> bool:
+        """Re-planning paid: its answer scores above the first answer by more than its added steps cost."""
+        return self.revision is not None and self.revision.score - cost * self.revision.added_steps > self.final_score
 
 
 def stop_labels(scores: list[float], cost: float) -> list[bool]:
@@ -57,15 +79,42 @@ def stop_labels(scores: list[float], cost: float) -> list[bool]:
     return labels[::-1]
 
 
-def trace_question(program: DeepResearch, example: dspy.Example, metric: ResearchMetric, embed: Embed
-                   ) -> TracedQuestion:
-    """Run one question to the end of its plan and take every decision point apart."""
+def trace_question(program: DeepResearch, example: dspy.Example, metric: ResearchMetric, embed: Embed,
+                   revise: bool = False) -> TracedQuestion:
+    """Run one question to the end of its plan and take every decision point apart; with `revise`, run it again
+    re-planning once at the plan's end."""
     if program.policy.mode != "plan":
         raise ValueError("labels need the whole plan researched: build the program with policy='plan'")
     prediction = program(question=example.question)
-    points = decision_points(prediction.trajectory)[:-1]  # the last step has no continuation to compare with
-    return TracedQuestion(example.id, [decision_at(program, example, metric, prediction, p, embed) for p in points],
-                          metric.score(example, prediction))
+    points = decision_points(prediction.trajectory)
+    traced = TracedQuestion(example.id, [decision_at(program, example, metric, prediction, p, embed)
+                                         for p in points[:-1]],  # the last step has no continuation to compare with
+                            metric.score(example, prediction))
+    end = points[-1] if points else None
+    if revise and end is not None and not end.steps_left and not end.revisions and len(end.steps) == len(
+            prediction.trajectory.steps):
+        traced.revision = revision_at(program, example, metric, end, embed)
+    return traced
+
+
+@contextmanager
+def revising_once(program: DeepResearch) -> Iterator[DeepResearch]:
+    program.policy.revise_once = True
+    try:
+        yield program
+    finally:
+        program.policy.revise_once = False
+
+
+def revision_at(program: DeepResearch, example: dspy.Example, metric: ResearchMetric, end: DecisionPoint,
+                embed: Embed) -> Revision:
+    """The plan's end: its features, the policy LM's decision there, and the re-planned run's score."""
+    findings = [s.finding for s in end.steps]
+    lm_decision, _ = program.policy.ask(example.question, [], findings, LMCalls(program.budgets, []))
+    with revising_once(program):
+        revised = program(question=example.question)
+    return Revision(feature_values(end, embed), lm_decision, metric.score(example, revised),
+                    len(revised.trajectory.steps) - len(end.steps))
 
 
 def decision_at(program: DeepResearch, example: dspy.Example, metric: ResearchMetric, prediction: dspy.Prediction,

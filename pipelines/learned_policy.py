@@ -1,9 +1,10 @@
-"""The learned stopping policy: a logistic regression over the research features that replaces the policy LM
-call, stored in an artifact as `policy.json` (feature names, standardisation, coefficients, intercept, decision
-threshold, how it was trained; plain JSON, never a pickle).
+"""The learned research policy: logistic regressions over the research features that replace the policy LM call,
+stored in an artifact as `policy.json` (feature names, and per decision its standardisation, coefficients,
+intercept and threshold, how it was trained; plain JSON, never a pickle).
 
-It chooses between CONTINUE and FINISH only. REVISE is not learned: labelling it honestly would take a
-re-planned run from every decision point, so the learned policy follows the plan it has (`distill_policy`).
+Two decisions are learned, each where traced runs could label it: `finish`, while the plan has steps left
+(FINISH or CONTINUE), and `revise`, once the first plan is done (REVISE once, or FINISH). A policy may hold
+either or both; where it holds none, the research follows the plan.
 """
 
 import json
@@ -19,32 +20,72 @@ from dspy_rag.pipelines.policy_features import FEATURES, DecisionPoint, Embed, e
 
 POLICY_FILE = "policy.json"
 FORMAT = "dspy-rag-policy"
-POLICY_VERSION = 1
+POLICY_VERSION = 2  # 1: the finish classifier's numbers at the top level, no revise classifier
 PARAMETERS = ("means", "scales", "coefficients")  # one number per feature each
+DECISIONS = ("finish", "revise")
+
+
+@dataclass
+class Classifier:
+    """A standardised logistic regression: the probability that its decision (FINISH, REVISE) is right, and the
+    threshold at which it is taken."""
+
+    means: list[float]
+    scales: list[float]
+    coefficients: list[float]
+    intercept: float
+    threshold: float
+
+    def probability(self, values: list[float]) -> float:
+        """For feature values in FEATURES order."""
+        z = self.intercept + sum(c * (v - m) / s for c, v, m, s in
+                                 zip(self.coefficients, values, self.means, self.scales, strict=True))
+        return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+    @classmethod
+    def from_json(cls, raw: Any, path: Path) -> "Classifier":
+        """One decision's numbers; refuses any that do not fit the features or are not finite."""
+        fixing = "run `dspy-rag distill-policy` again"
+        if not isinstance(raw, dict):
+            raise UserError(f"{path} is corrupt (a classifier is not an object); {fixing}")
+        numbers = [*(x for name in PARAMETERS for x in raw.get(name) or []), raw.get("intercept"), raw.get("threshold")]
+        lengths = {len(raw.get(name) or []) for name in PARAMETERS}
+        if lengths != {len(FEATURES)} or not all(isinstance(x, int | float) and math.isfinite(x) for x in numbers):
+            raise UserError(f"{path} is corrupt (its coefficients do not fit its features); {fixing}")
+        if any(s <= 0 for s in raw["scales"]):
+            raise UserError(f"{path} is corrupt (a feature scale is not positive); {fixing}")
+        return cls(**{name: raw[name] for name in cls.__dataclass_fields__})
 
 
 @dataclass
 class LearnedPolicy:
     features: list[str]
-    means: list[float]
-    scales: list[float]
-    coefficients: list[float]
-    intercept: float
-    threshold: float  # FINISH when the probability that finishing is right reaches it
+    finish: Classifier | None = None  # while the plan has steps left: FINISH (yes) or CONTINUE
+    revise: Classifier | None = None  # when the first plan is done: REVISE (yes) or FINISH
     summary: dict[str, Any] = field(default_factory=dict)
     format: str = FORMAT
     version: int = POLICY_VERSION
 
-    def probability(self, values: list[float]) -> float:
-        """The probability that finishing is right, for feature values in FEATURES order."""
-        z = self.intercept + sum(c * (v - m) / s for c, v, m, s in
-                                 zip(self.coefficients, values, self.means, self.scales, strict=True))
-        return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+    def decide(self, point: DecisionPoint, embed: Embed = embed_texts) -> tuple[str, float | None, str]:
+        """The decision at a decision point, its classifier's probability (None: the plan's decision, where no
+        classifier covers the point) and why."""
+        if point.steps_left:
+            if self.finish is None:
+                return "CONTINUE", None, "learned: no finish classifier, the plan has steps left"
+            probability = self.finish.probability(vector(feature_values(point, embed)))
+            decision = "FINISH" if probability >= self.finish.threshold else "CONTINUE"
+            return decision, probability, f"learned: p(finish) {probability:.2f}, threshold {self.finish.threshold:.2f}"
+        if self.revise is None or point.revisions:
+            return "FINISH", None, "learned: plan done"
+        probability = self.revise.probability(vector(feature_values(point, embed)))
+        decision = "REVISE" if probability >= self.revise.threshold else "FINISH"
+        return decision, probability, (f"learned: plan done, p(revise) {probability:.2f}, "
+                                       f"threshold {self.revise.threshold:.2f}")
 
-    def decide(self, point: DecisionPoint, embed: Embed = embed_texts) -> tuple[str, float]:
-        """FINISH or CONTINUE at a decision point, with the probability that finishing is right."""
-        probability = self.probability(vector(feature_values(point, embed)))
-        return ("FINISH" if probability >= self.threshold else "CONTINUE"), probability
+    def describe(self) -> str:
+        """Which decisions it learned, at which thresholds."""
+        parts = [f"{name} at {c.threshold:.2f}" for name in DECISIONS if (c := getattr(self, name)) is not None]
+        return f"learned policy from {self.summary.get('trainset', '?')} ({', '.join(parts)})"
 
     def save(self, folder: Path) -> Path:
         """Write `policy.json` into the artifact folder atomically; returns its path."""
@@ -76,14 +117,13 @@ class LearnedPolicy:
         if raw.get("features") != list(FEATURES):
             raise UserError(f"{path} was distilled for other features than this program computes "
                             f"({mismatch(raw.get('features'))}); run `dspy-rag distill-policy` again")
-        numbers = [*(x for name in PARAMETERS for x in raw.get(name) or []), raw.get("intercept"), raw.get("threshold")]
-        lengths = {len(raw.get(name) or []) for name in PARAMETERS}
-        if lengths != {len(FEATURES)} or not all(isinstance(x, int | float) and math.isfinite(x) for x in numbers):
-            raise UserError(f"{path} is corrupt (its coefficients do not fit its features); run `dspy-rag "
-                            "distill-policy` again")
-        if any(s <= 0 for s in raw["scales"]):
-            raise UserError(f"{path} is corrupt (a feature scale is not positive); run `dspy-rag distill-policy` again")
-        return cls(**{name: raw[name] for name in cls.__dataclass_fields__ if name in raw})
+        parts = ({"finish": raw, "revise": None} if raw["version"] == 1
+                 else {name: raw.get(name) for name in DECISIONS})
+        classifiers = {name: None if part is None else Classifier.from_json(part, path) for name, part in parts.items()}
+        if all(c is None for c in classifiers.values()):
+            raise UserError(f"{path} is corrupt (it holds no classifier); run `dspy-rag distill-policy` again")
+        summary = raw.get("summary")
+        return cls(list(FEATURES), **classifiers, summary=summary if isinstance(summary, dict) else {})
 
 
 def mismatch(names: Any) -> str:

@@ -1,4 +1,4 @@
-"""The policy role: after each step, CONTINUE, REVISE or FINISH, decided by the policy LM, the learned classifier
+"""The policy role: after each step, CONTINUE, REVISE or FINISH, decided by the policy LM, the learned classifiers
 or the plan, with the keep_going guard deciding first."""
 
 from typing import Literal
@@ -13,6 +13,7 @@ from dspy_rag.pipelines.research_run import ResearchRun
 from dspy_rag.signatures import DecideNext, Step
 
 PolicyMode = Literal["llm", "plan", "learned"]
+REVISED_ONCE = "traced: the first plan done, re-planned once"
 
 
 def by_plan(steps_left: int) -> tuple[str, str]:
@@ -20,8 +21,9 @@ def by_plan(steps_left: int) -> tuple[str, str]:
 
 
 class ResearchPolicy(dspy.Module):
-    """Decides what the research does next. `mode` llm asks the policy LM, learned asks the distilled classifier
-    (while the plan has steps left), plan follows the plan."""
+    """Decides what the research does next. `mode` llm asks the policy LM, learned asks the distilled classifiers,
+    plan follows the plan (and with `revise_once`, which only the policy's labelling sets, re-plans once when the
+    first plan is done)."""
 
     def __init__(self, mode: PolicyMode = "llm", learned: LearnedPolicy | None = None,
                  keep_going: bool = True) -> None:
@@ -31,17 +33,22 @@ class ResearchPolicy(dspy.Module):
         self.mode = mode
         self.learned = learned
         self.keep_going = keep_going
+        self.revise_once = False
         self.predict = dspy.Predict(DecideNext)
 
     def forward(self, question: str, remaining: list[Step], findings: list[str], web_available: bool,
                 run: ResearchRun) -> tuple[str, str]:
         """The decision and its reason, after the trajectory's last step."""
         record = run.trajectory
-        if self.mode == "learned" and remaining and self.learned is not None:
-            decision, probability = self.learned.decide(live_point(question, record, len(remaining)))
-            record.steps[-1].finish_probability = round(probability, 4)
-            return decision, f"learned: p(finish) {probability:.2f}, threshold {self.learned.threshold:.2f}"
-        if self.mode != "llm":  # the plan policy, or the learned one with the plan done: it never revises
+        if self.mode == "learned" and self.learned is not None:
+            decision, probability, reason = self.learned.decide(live_point(question, record, len(remaining)))
+            if probability is not None:
+                setattr(record.steps[-1], "finish_probability" if remaining else "revise_probability",
+                        round(probability, 4))
+            return decision, reason
+        if self.mode == "plan" and self.revise_once and not remaining and len(record.plans) == 1:
+            return "REVISE", REVISED_ONCE
+        if self.mode != "llm":
             return by_plan(len(remaining))
         searched_web = any(step.tool == "search_web" for step in record.steps)
         if self.keep_going and (fired := must_go_on(remaining, searched_web, web_available)):

@@ -52,7 +52,7 @@ def program_for(pipeline: str, settings: Config, store: Index, searcher: WebSear
             raise UserError("--policy learned decides with an artifact's policy.json; pass --artifact NAME (run "
                             "`dspy-rag distill-policy` for it first)")
         learned = LearnedPolicy.load(chosen)
-        say(f"learned policy from {learned.summary.get('trainset', '?')} (threshold {learned.threshold:.2f})")
+        say(learned.describe())
     program = build_program(pipeline, settings, store, searcher, policy,  # type: ignore[arg-type]
                             on_event=lambda kind, text: say(text, kind), learned=learned)
     if pipeline != "deep" or chosen is None:

@@ -55,7 +55,8 @@ class StepRecord:
     finding: str = ""
     decision: str = ""
     decision_reason: str = ""
-    finish_probability: float | None = None  # the learned policy's, when it decided
+    finish_probability: float | None = None  # the learned policy's, when it decided with the plan unfinished
+    revise_probability: float | None = None  # the learned policy's, when it decided at the plan's end
     web_error: str | None = None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0

@@ -1,6 +1,6 @@
-"""The learned stopping policy: features of recorded and live decision points, labels from a scripted run,
-the JSON classifier's round trip and refusals, `ask --policy learned` without a policy LM call, and
-`distill-policy` end to end with a scripted LM over a tiny real index."""
+"""The learned research policy: features of recorded and live decision points, stop and re-plan labels from
+scripted runs, the JSON classifiers' round trip and refusals, `ask --policy learned` without a policy LM call,
+and `distill-policy` end to end with a scripted LM over a tiny real index."""
 
 import json
 from dataclasses import asdict
@@ -20,10 +20,10 @@ from dspy_rag.errors import UserError
 from dspy_rag.evals.research_metric import DEFAULT_WEIGHTS, ResearchMetric, example_of
 from dspy_rag.index import Index
 from dspy_rag.ledger import read
-from dspy_rag.optimizers.distill_policy import fit_classifier, policy_of
+from dspy_rag.optimizers.distill_policy import classifier_of, fit_classifier
 from dspy_rag.optimizers.policy_labels import stop_labels, trace_question
 from dspy_rag.pipelines.deep import DeepResearch
-from dspy_rag.pipelines.learned_policy import POLICY_FILE, LearnedPolicy
+from dspy_rag.pipelines.learned_policy import POLICY_FILE, Classifier, LearnedPolicy
 from dspy_rag.pipelines.policy_features import FEATURES, decision_points, feature_values, live_point
 from dspy_rag.pipelines.programs import build_program
 from dspy_rag.pipelines.trajectory import CallRecord, Scored, StepRecord, Trajectory
@@ -156,6 +156,29 @@ def test_labels_of_a_scripted_run_follow_from_the_stop_scores(policy_workspace: 
     assert shown[0] <= shown[1] <= shown[2]
 
 
+def test_a_replanned_run_labels_revise_at_the_plans_end(policy_workspace: Path) -> None:
+    gaming = "Gaming revenue was $9.07 billion."
+    first = [plan("Data Center revenue?"), *step(), answer("$15.01 billion")]
+    at_end = [{"decision": "REVISE", "reason": "s"}]
+    # the same plan and step again, then at the plan's end a re-plan: its repeated step is dropped, the new one
+    # finds the Gaming figure, and the answer written after it is right
+    revised = [plan("Data Center revenue?"), *step(), plan("Data Center revenue?", "Gaming revenue?"),
+               *step(query="Gaming revenue", finding=gaming), answer("$9.07 billion")]
+    lm = DummyLM(first + at_end + revised, adapter=dspy.JSONAdapter())
+    program = DeepResearch(Retriever(tiny_index(policy_workspace), top_k=10), policy="plan",
+                           roles=RoleConfig(reflection=True))
+    example = example_of(Question("q", QUESTION, "$9.07 billion"))
+    with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+        traced = trace_question(program, example, ResearchMetric({"f1": 1.0}), fake_embed_any, revise=True)
+    assert len(lm.history) == len(first + at_end + revised)
+    assert (traced.decisions, traced.final_score, traced.points) == ([], 0.5, 1)
+    assert traced.revision is not None
+    assert (traced.revision.score, traced.revision.added_steps, traced.revision.lm_decision) == (1.0, 1, "REVISE")
+    assert traced.revision.features["steps_left"] == 0 and traced.revision.features["revisions"] == 0
+    assert traced.revise_label(0.02) and not traced.revise_label(0.6)  # re-planning pays unless a step costs more
+    assert not program.policy.revise_once  # the program runs its plan as before once traced
+
+
 def test_only_a_plan_following_run_can_be_labelled(policy_workspace: Path) -> None:
     with pytest.raises(ValueError, match="policy='plan'"):
         trace_question(DeepResearch(Retriever(tiny_index(policy_workspace), top_k=10)),
@@ -169,20 +192,30 @@ def fitted() -> tuple[Any, LearnedPolicy, np.ndarray]:
     x = rng.normal(size=(60, len(FEATURES))) * np.arange(1, len(FEATURES) + 1)
     finish = (x[:, 2] + 0.5 * x[:, 11] > 0).astype(int)
     model = fit_classifier(x, finish)
-    return model, policy_of(model, 0.4, {"trainset": "synthetic"}), x
+    return model, LearnedPolicy(list(FEATURES), classifier_of(model, 0.4), summary={"trainset": "synthetic"}), x
 
 
-def test_the_classifier_round_trips_through_json(tmp_path: Path) -> None:
+def test_the_classifiers_round_trip_through_json(tmp_path: Path) -> None:
     model, policy, x = fitted()
+    policy.revise = classifier_of(fit_classifier(x, (x[:, 5] > 0).astype(int)), 0.7)
     saved = policy.save(tmp_path)
     raw = json.loads(saved.read_text())
-    assert raw["features"] == list(FEATURES) and raw["format"] == "dspy-rag-policy" and raw["version"] == 1
-    assert set(raw) >= {"means", "scales", "coefficients", "intercept", "threshold", "summary"}
+    assert raw["features"] == list(FEATURES) and raw["format"] == "dspy-rag-policy" and raw["version"] == 2
+    assert set(raw["finish"]) == set(raw["revise"]) == {"means", "scales", "coefficients", "intercept", "threshold"}
     loaded = LearnedPolicy.load(tmp_path)
-    assert loaded == policy
+    assert loaded == policy and loaded.finish is not None
     expected = model.predict_proba(x)[:, 1]
-    assert [loaded.probability(row.tolist()) for row in x] == pytest.approx(expected.tolist(), abs=1e-12)
-    assert [loaded.probability(r.tolist()) >= 0.4 for r in x] == [policy.probability(r.tolist()) >= 0.4 for r in x]
+    assert [loaded.finish.probability(row.tolist()) for row in x] == pytest.approx(expected.tolist(), abs=1e-12)
+    assert loaded.describe() == "learned policy from synthetic (finish at 0.40, revise at 0.70)"
+
+
+def test_a_first_version_policy_loads_as_its_finish_classifier(tmp_path: Path) -> None:
+    _, policy, x = fitted()
+    assert policy.finish is not None
+    (tmp_path / POLICY_FILE).write_text(json.dumps({"format": "dspy-rag-policy", "version": 1,
+                                                    "features": list(FEATURES), **asdict(policy.finish)}))
+    loaded = LearnedPolicy.load(tmp_path)
+    assert loaded.finish == policy.finish and loaded.revise is None
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -191,8 +224,10 @@ def test_the_classifier_round_trips_through_json(tmp_path: Path) -> None:
     (lambda raw: raw.update(features=list(reversed(FEATURES))), "same features in another order"),
     (lambda raw: raw.update(version=99), "newer dspy-rag"),
     (lambda raw: raw.update(format="other"), "not a dspy-rag policy"),
-    (lambda raw: raw.update(coefficients=[1.0]), "corrupt (its coefficients do not fit its features)"),
-    (lambda raw: raw.update(scales=[0.0] * len(FEATURES)), "scale is not positive"),
+    (lambda raw: raw["finish"].update(coefficients=[1.0]), "corrupt (its coefficients do not fit its features)"),
+    (lambda raw: raw["finish"].update(scales=[0.0] * len(FEATURES)), "scale is not positive"),
+    (lambda raw: raw.update(revise=[1, 2]), "corrupt (a classifier is not an object)"),
+    (lambda raw: raw.update(finish=None, revise=None), "corrupt (it holds no classifier)"),
 ])
 def test_a_policy_that_does_not_fit_the_program_is_refused(tmp_path: Path, change: Any, message: str) -> None:
     _, policy, _ = fitted()
@@ -270,9 +305,14 @@ def tiny_index(root: Path) -> Index:
     return load_trainset(str(root / "tiny.yaml")).index(config_of(root))
 
 
-def always_finish() -> LearnedPolicy:
+def constant(intercept: float) -> Classifier:
+    """A classifier whose probability is the logistic of `intercept`, whatever the features."""
     n = len(FEATURES)
-    return LearnedPolicy(list(FEATURES), [0.0] * n, [1.0] * n, [0.0] * n, intercept=3.0, threshold=0.5)
+    return Classifier([0.0] * n, [1.0] * n, [0.0] * n, intercept=intercept, threshold=0.5)
+
+
+def always_finish() -> LearnedPolicy:
+    return LearnedPolicy(list(FEATURES), constant(3.0))
 
 
 def ask_json(*options: str) -> dict[str, Any]:
@@ -304,19 +344,27 @@ def test_distill_policy_labels_fits_and_saves_into_the_artifact(policy_workspace
     result = invoke("distill-policy", "--trainset", str(policy_workspace / "tiny.yaml"), "--artifact", "tiny-art",
                     "--json")
     assert result.returncode == 0, result.stderr
-    assert "q2: 1 decision point(s), scores" in result.stderr  # a log gets a line per question
-    assert "4 decision points from 4 of 4 questions (FINISH 2, CONTINUE 2)" in result.stderr
+    assert "q2: 2 decision point(s), scores" in result.stderr  # a log gets a line per question
+    # the re-plan repeats the plan: its first step is dropped, its last searched again, to the same answer
+    assert "q2: 2 decision point(s), scores 0.62, 1.00, re-planned 1.00 (+1 steps)" in result.stderr
+    assert "8 decision points from 4 of 4 questions; FINISH: 4 decision points (FINISH 2, CONTINUE 2)" in result.stderr
     assert f"saved {policy_workspace / 'artifacts' / 'tiny-art' / POLICY_FILE}" in result.stderr
     policy = LearnedPolicy.load(policy_workspace / "artifacts" / "tiny-art")
     assert json.loads(result.stdout) == asdict(policy)  # --json: the saved policy, alone on stdout
     summary = policy.summary
-    assert (summary["questions"], summary["decision_points"], summary["folds"]) == (4, 4, 2)
-    assert summary["labels"] == {"FINISH": 2, "CONTINUE": 2}  # q1 and q3 are answered after the first step
-    assert summary["lm_decisions"] == {"CONTINUE": 4} and summary["lm_label_accuracy"] == 0.5
+    assert (summary["questions"], summary["decision_points"]) == (4, 8)
+    finish = summary["finish"]
+    assert (finish["decision_points"], finish["folds"]) == (4, 2)
+    assert finish["labels"] == {"FINISH": 2, "CONTINUE": 2}  # q1 and q3 are answered after the first step
+    assert finish["lm_decisions"] == {"CONTINUE": 4} and finish["lm_label_accuracy"] == 0.5
+    assert 0 <= finish["cv_accuracy"] <= 1 and policy.finish is not None
+    # re-planning found nothing new, so REVISE never paid and cannot be learned: the policy finishes at the end
+    assert policy.revise is None and summary["revise"]["labels"] == {"REVISE": 0, "FINISH": 4}
+    assert "REVISE: not learned (the labels need both REVISE and FINISH" in result.stderr
     replayed = summary["replayed"]
     assert replayed["oracle"]["score"] > replayed["plan"]["score"] == replayed["llm"]["score"]
     assert (replayed["plan"]["steps"], replayed["llm"]["steps"], replayed["oracle"]["steps"]) == (2, 2, 1.5)
-    assert 0 <= summary["cv_accuracy"] <= 1 and summary["artifact"] == "tiny-art" and summary["lm_calls"] > 0
+    assert summary["artifact"] == "tiny-art" and summary["lm_calls"] > 0
     assert summary["step_cost"] == 0.02 and summary["trainset"] == "tiny"
     assert "traced runs: 4 run, 0 reused" in result.stderr and summary["reused"] == 0
     # distilled again (say with another step cost): the traces come from the run store, no LM call is made
@@ -325,27 +373,49 @@ def test_distill_policy_labels_fits_and_saves_into_the_artifact(policy_workspace
     assert again.returncode == 0, again.stderr
     assert "traced runs: 0 run, 4 reused from the run store" in again.stderr
     redone = LearnedPolicy.load(policy_workspace / "artifacts" / "tiny-art").summary
-    assert redone["lm_calls"] == 0 and redone["reused"] == 4 and redone["labels"] == summary["labels"]
+    assert redone["lm_calls"] == 0 and redone["reused"] == 4 and redone["finish"]["labels"] == finish["labels"]
+    # without the re-planned runs the traces are others: run anew, and only the plan's steps are decision points
+    plain = invoke("distill-policy", "--trainset", str(policy_workspace / "tiny.yaml"), "--artifact", "tiny-art",
+                   "--no-revise")
+    assert plain.returncode == 0, plain.stderr
+    assert "traced runs: 4 run, 0 reused" in plain.stderr and "4 decision points from 4 of 4 questions" in plain.stderr
+    assert "REVISE: not learned (no traced run was re-planned at its plan's end (traced with --no-revise" in plain.stderr
+
+
+def test_ask_with_a_learned_revise_replans_once_at_the_plans_end(policy_workspace: Path) -> None:
+    LearnedPolicy(list(FEATURES), revise=constant(3.0)).save(policy_workspace / "artifacts" / "tiny-art")
+    trajectory = ask_json("--policy", "learned")
+    modules = [c["module"] for c in trajectory["calls"]]
+    # no finish classifier: the plan's two steps; then REVISE, once: the re-plan repeats both steps, and its last
+    # is searched again; after it the research finishes, whatever the classifier says
+    assert modules.count("plan") == 2 and "policy" not in modules and len(trajectory["plans"]) == 2
+    first, second, third = trajectory["steps"]
+    assert first["decision"] == "CONTINUE" and first["finish_probability"] is None
+    assert second["decision"] == "REVISE" and second["revise_probability"] == pytest.approx(0.9526, abs=1e-4)
+    assert second["decision_reason"] == "learned: plan done, p(revise) 0.95, threshold 0.50"
+    assert third["decision"] == "FINISH" and third["revise_probability"] is None
 
 
 def test_distill_policy_traces_several_trainsets_in_turn_up_to_a_number_of_decisions(policy_workspace: Path) -> None:
     tiny = (policy_workspace / "tiny.yaml").read_text()
     (policy_workspace / "other.yaml").write_text(tiny.replace("name: tiny", "name: other"))
     sets = [str(policy_workspace / name) for name in ("tiny.yaml", "other.yaml")]
-    result = invoke("distill-policy", "--trainset", ",".join(sets), "--artifact", "tiny-art", "--decisions", "4",
+    result = invoke("distill-policy", "--trainset", ",".join(sets), "--artifact", "tiny-art", "--decisions", "8",
                     "--json")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)["summary"]
-    # one decision point a question, the sets in turn: q1 and q2 of each, then the target is met
-    assert summary["per_set"] == {"tiny": {"questions": 2, "decision_points": 2},
-                                  "other": {"questions": 2, "decision_points": 2}}
+    # two decision points a question (after its first step, and at its plan's end), the sets in turn: q1 and q2
+    # of each, then the target is met
+    assert summary["per_set"] == {"tiny": {"questions": 2, "decision_points": 4},
+                                  "other": {"questions": 2, "decision_points": 4}}
     assert summary["trainset"] == "tiny+other" and [s["name"] for s in summary["trainsets"]] == ["tiny", "other"]
-    assert summary["labels"] == {"FINISH": 2, "CONTINUE": 2} and summary["decision_target"] == 4
-    assert "4 decision points from 4 of 4 questions [tiny 2 of 2 questions, other 2 of 2 questions]" in result.stderr
+    assert summary["finish"]["labels"] == {"FINISH": 2, "CONTINUE": 2} and summary["decision_target"] == 8
+    assert ("8 decision points from 4 of 4 questions [tiny: 2 questions, 4 points, other: 2 questions, 4 points]"
+            in result.stderr)
     # a target the train questions cannot meet: every question is traced (from the run store where it can be)
     short = invoke("distill-policy", "--trainset", sets[0], "--artifact", "tiny-art", "--decisions", "50")
     assert short.returncode == 0, short.stderr
-    assert "4 decision points (short of the 50 asked for: the train questions ran out)" in short.stderr
+    assert "8 decision points (short of the 50 asked for: the train questions ran out)" in short.stderr
     assert "2 reused from the run store" in short.stderr
 
 

@@ -133,16 +133,18 @@ def distill_policy_command(
                                              "worth it")] = DEFAULT_STEP_COST,
     train_limit: Annotated[int | None, typer.Option(min=1, help="first N train questions of each trainset")] = None,
     decisions: Annotated[int | None, typer.Option(min=1, help="stop tracing once N decision points are traced")] = None,
+    revise: Annotated[bool, typer.Option("--revise/--no-revise", help="also run each question re-planned once at "
+                                         "its plan's end, to learn REVISE (about twice the LM time)")] = True,
     config: ConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Learn when to stop researching: label every decision point of traced train runs, fit a logistic
-    regression and save it into the artifact (`ask --policy learned`)."""
+    """Learn when to stop researching and when to re-plan: label every decision point of traced train runs, fit
+    logistic regressions and save them into the artifact (`ask --policy learned`)."""
     from dspy_rag.optimizers.distill_policy import DistillRequest, distill_policy
     from dspy_rag.optimizers.pool import trainset_names
 
     settings = config_of(config, **{"lm.model": model})
-    policy = distill_policy(DistillRequest(trainset_names(trainset), artifact, step_cost, train_limit, decisions),
-                            settings, STDERR)
+    policy = distill_policy(DistillRequest(trainset_names(trainset), artifact, step_cost, train_limit, decisions,
+                                           revise), settings, STDERR)
     if as_json:
         print_json(asdict(policy))
