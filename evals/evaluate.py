@@ -3,6 +3,10 @@
 
     dspy-rag eval --questions nvidia-10k --artifact none --artifact nvidia-10k-labeled --model local/qwen2.5-coder-1.5b
     dspy-rag eval --questions nvidia-10k --artifact tenk-bootstrap --policy llm --policy learned --policy plan
+    dspy-rag eval --questions hotpotqa --questions musique --artifact none --artifact auto
+
+Several sets' dev questions pool into one table (each question asked on its own set's index and web), with a
+table per set beside it.
 
 Every column is scored per question with the shared metrics and with ragas' (`ragas_bridge`; its LLM metrics
 with `--judge MODEL`); the table gives means with bootstrap intervals and each column's gain over the first
@@ -46,7 +50,7 @@ from dspy_rag.ledger import LedgerEntry, append, ledger_path
 from dspy_rag.reporter import QUIET, Reporter
 from dspy_rag.run_store import RunStore, Tally, run_context
 from dspy_rag.tracking import mlflow_run
-from dspy_rag.trainsets.registry import load_trainset
+from dspy_rag.trainsets.registry import SEPARATOR, Trainset, load_trainsets
 
 if TYPE_CHECKING:
     import dspy
@@ -298,12 +302,13 @@ def progress_text(column: Column, run: StoredRun) -> str:
     return f"f1 {row.f1:.2f} {row.seconds:.0f} s{failed}{same}{reused}"
 
 
-def run_eval(config: Config, questions: str, pipeline: list[str] | None = None, artifact: list[str] | None = None,
-             model: list[str] | None = None, policy: list[str] | None = None, without: list[str] | None = None,
-             limit: int | None = None, out_dir: Path | None = None, judge: str | None = None,
-             reporter: Reporter = QUIET, with_: list[str] | None = None) -> dict[str, Any]:
-    """Evaluate pipelines, artifacts and models side by side on a trainset's dev questions (None: deep, the
-    uncompiled program, the configured model, the LM policy); returns the report it writes to results.json."""
+def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str] | None = None,
+             artifact: list[str] | None = None, model: list[str] | None = None, policy: list[str] | None = None,
+             without: list[str] | None = None, limit: int | None = None, out_dir: Path | None = None,
+             judge: str | None = None, reporter: Reporter = QUIET, with_: list[str] | None = None) -> dict[str, Any]:
+    """Evaluate pipelines, artifacts and models side by side on the dev questions of one trainset, or of several
+    pooled (None: deep, the uncompiled program, the configured model, the LM policy; `limit` is per set); returns
+    the report it writes to results.json."""
     from typing import get_args
 
     import dspy
@@ -330,10 +335,12 @@ def run_eval(config: Config, questions: str, pipeline: list[str] | None = None, 
             raise UserError(f"--{'with' if switch.on else 'without'} {switch.name}: the configuration already has it "
                             f"{state}; switch it the other way")
     columns = columns_of(pipelines, artifact or ["none"], model or [config.lm.model], policies, switches)
-    trainset = load_trainset(questions)
-    eval_set = load_set(trainset, config)
-    eval_set.questions = eval_set.questions[:limit]
-    folder = out_dir or RESULTS / f"eval-{trainset.name}"
+    trainsets = load_trainsets(questions)
+    eval_sets = [load_set(trainset, config) for trainset in trainsets]
+    for eval_set in eval_sets:
+        eval_set.questions = eval_set.questions[:limit]
+    name = SEPARATOR.join(t.name for t in trainsets)
+    folder = out_dir or RESULTS / f"eval-{name}"
     lms: dict[str, dspy.LM] = {}
 
     def lm_for(name: str) -> dspy.LM:
@@ -350,44 +357,84 @@ def run_eval(config: Config, questions: str, pipeline: list[str] | None = None, 
             settings = settings.model_copy(update={switch.part: switched})
         return settings
 
-    def prepare(column: Column) -> tuple[dspy.Module, AnswerRuns]:
-        settings = settings_of(column)
-        program = program_for(column.pipeline, settings, eval_set.index, eval_set.web, column.policy,
-                              artifact=column.artifact)
-        context = run_context(program, settings, trainset.name, trainset.content_hash, column.label, eval_set.web)
-        return program, AnswerRuns(store, context)
+    def preparer(trainset: Trainset, eval_set: EvalSet) -> Prepare:
+        def prepare(column: Column) -> tuple[dspy.Module, AnswerRuns]:
+            settings = settings_of(column)
+            program = program_for(column.pipeline, settings, eval_set.index, eval_set.web, column.policy,
+                                  artifact=column.artifact)
+            context = run_context(program, settings, trainset.name, trainset.content_hash, column.label,
+                                  eval_set.web)
+            return program, AnswerRuns(store, context)
+        return prepare
 
     def use_lm(column: Column) -> None:
         """The column's model, loaded only when a question of it is run (not when every run is reused)."""
         dspy.configure(lm=lm_for(column.model), adapter=dspy.JSONAdapter())
 
-    grader = Judge(judge, lm_for(judge), eval_set.index.embedder) if judge else None
+    grader = Judge(judge, lm_for(judge), eval_sets[0].index.embedder) if judge else None
     with RunStore.of(config) as store:
-        measured = run_columns(eval_set, columns, folder / "rows.jsonl", prepare, use_lm, grader, reporter)
-    rows = measured.rows
+        by_set = [run_columns(eval_set, columns, folder / "rows.jsonl", preparer(trainset, eval_set), use_lm, grader,
+                              reporter) for trainset, eval_set in zip(trainsets, eval_sets, strict=True)]
     if grader:
         reporter.line(f"judge {judge}, this run: {grader.report()}")
     weights = dict(DEFAULT_WEIGHTS)
-    first = rows[columns[0]]
-    results = {c.label: summary(rows[c], weights, None if c == columns[0] else first) for c in columns}
+    measured = pooled(by_set)
+    results = summaries(measured.rows, columns, weights)
     tallies = {c.label: asdict(measured.tally(c)) for c in columns}
     total = Tally(sum(t["run"] for t in tallies.values()), sum(t["reused"] for t in tallies.values()))
-    title = f"{trainset.name} dev, {len(eval_set.questions)} questions, metric {describe(weights)}"
-    report = {"trainset": trainset.name, "title": title, "columns": results,
-              "rows": {c.label: [asdict(r) for r in rows[c]] for c in columns},
-              "runs": {"run": total.run, "reused": total.reused, "columns": tallies}}
+    title = title_of(eval_sets, describe(weights))
+    report: dict[str, Any] = {"trainset": name, "title": title, "columns": results,
+                              "rows": {c.label: [asdict(r) for r in measured.rows[c]] for c in columns},
+                              "runs": {"run": total.run, "reused": total.reused, "columns": tallies}}
+    tables = markdown(results, title)
+    if len(eval_sets) > 1:
+        report["sets"] = {s.name: {"title": title_of([s], describe(weights)),
+                                   "columns": summaries(one.rows, columns, weights)}
+                          for s, one in zip(eval_sets, by_set, strict=True)}
+        tables += "".join("\n" + markdown(part["columns"], part["title"]) for part in report["sets"].values())
     write_json_atomic(folder / "results.json", report)
-    write_atomic(folder / "report.md", (markdown(results, title) + f"\nRuns: {total.text()}.\n").encode("utf-8"))
+    write_atomic(folder / "report.md", (tables + f"\nRuns: {total.text()}.\n").encode("utf-8"))
     reporter.line(f"runs: {total.text()}")
-    measured_now = measured.fresh()
-    if measured_now:
-        with mlflow_run(config, f"eval {trainset.name}", reporter.line) as tracked:
-            tracked.params({"trainset": trainset.name, "trainset_hash": trainset.content_hash,
-                            "questions": len(eval_set.questions), "metric": describe(weights), "judge": judge})
-            tracked.metrics({f"{mlflow_key(c.label)}.{name}": results[c.label].get(name) for c in measured_now
-                             for name in LOGGED})
-    # The ledger follows prompts across recompiles; a column that only swaps the stopping policy is no new program,
-    # and one whose every run was reused is no new measurement. Costs are those of the runs made now.
+    if measured.fresh():
+        with mlflow_run(config, f"eval {name}", reporter.line) as tracked:
+            tracked.params({"trainset": name, "trainset_hash": SEPARATOR.join(t.content_hash for t in trainsets),
+                            "questions": sum(len(s.questions) for s in eval_sets), "metric": describe(weights),
+                            "judge": judge})
+            tracked.metrics({f"{mlflow_key(c.label)}.{metric}": results[c.label].get(metric)
+                             for c in measured.fresh() for metric in LOGGED})
+    for trainset, eval_set, one in zip(trainsets, eval_sets, by_set, strict=True):
+        record(config, trainset, eval_set, one, columns, weights)
+    return report
+
+
+def pooled(by_set: Sequence[Measured]) -> Measured:
+    """The sets' measurements as one: each column's rows set after set, so columns stay paired by question."""
+    columns = list(by_set[0].rows)
+    return Measured({c: [r for m in by_set for r in m.rows[c]] for c in columns},
+                    {c: [r for m in by_set for r in m.new[c]] for c in columns},
+                    set().union(*(m.judged for m in by_set)))
+
+
+def summaries(rows: dict[Column, list[Row]], columns: list[Column], weights: dict[str, float]) -> dict[str, Any]:
+    """Each column's summary, with its gain over the first column's on the same questions."""
+    first = rows[columns[0]]
+    return {c.label: summary(rows[c], weights, None if c == columns[0] else first) for c in columns}
+
+
+def title_of(eval_sets: Sequence[EvalSet], metric: str) -> str:
+    counts = f" ({', '.join(f'{s.name} {len(s.questions)}' for s in eval_sets)})" if len(eval_sets) > 1 else ""
+    return (f"{SEPARATOR.join(s.name for s in eval_sets)} dev, {sum(len(s.questions) for s in eval_sets)} "
+            f"questions{counts}, metric {metric}")
+
+
+def record(config: Config, trainset: Trainset, eval_set: EvalSet, measured: Measured, columns: list[Column],
+           weights: dict[str, float]) -> None:
+    """One ledger line per column that ran questions of this set now (so `history` keeps one lineage per set).
+    The ledger follows prompts across recompiles; a column that only swaps the stopping policy is no new
+    program, and one whose every run was reused is no new measurement. Costs are those of the runs made now."""
+    from dspy_rag.evals.research_metric import describe
+
+    results = summaries(measured.rows, columns, weights)
     for column in (c for c in columns if measured.new[c] and c.policy == "llm" and c.switch is None):
         new = measured.new[column]
         append(ledger_path(config), LedgerEntry(
@@ -397,4 +444,3 @@ def run_eval(config: Config, questions: str, pipeline: list[str] | None = None, 
             questions=len(eval_set.questions), lm_calls=sum(r.lm_calls for r in new),
             tokens=sum(r.tokens for r in new), seconds=round(sum(r.seconds for r in new), 1),
             reused=measured.tally(column).reused))
-    return report

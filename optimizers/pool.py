@@ -13,34 +13,20 @@ from dspy_rag.evals.research_metric import example_of
 from dspy_rag.index import Index
 from dspy_rag.optimizers.teleprompters import OPTIMIZERS, Optimizer
 from dspy_rag.pipelines.programs import build_program
-from dspy_rag.trainsets.registry import Part, Trainset, load_trainset
+from dspy_rag.trainsets.registry import SEPARATOR, Part, Trainset, load_trainsets
 from dspy_rag.web import WebSearch
-
-SEPARATOR = "+"  # between the names of a pooled compile's sets, in its artifact's, ledger's and runs' names
-
-
-def trainset_names(given: str | Sequence[str]) -> list[str]:
-    """The names or paths `--trainset` gives: repeated, or comma-separated in one value."""
-    values = [given] if isinstance(given, str) else list(given)
-    names = [name.strip() for value in values for name in value.split(",") if name.strip()]
-    if not names:
-        raise UserError("--trainset names no trainset; e.g. --trainset hotpotqa --trainset musique")
-    return names
 
 
 class Pool:
     """One trainset, or several whose splits are pooled."""
 
     def __init__(self, sets: Sequence[Trainset]) -> None:
-        names = [s.name for s in sets]
-        if repeated := sorted({n for n in names if names.count(n) > 1}):
-            raise UserError(f"trainset {', '.join(repeated)} is given twice; name each trainset once")
         self.sets = list(sets)
         self._by_name = {s.name: s for s in sets}
 
     @classmethod
     def load(cls, given: str | Sequence[str]) -> "Pool":
-        return cls([load_trainset(name) for name in trainset_names(given)])
+        return cls(load_trainsets(given))
 
     @property
     def name(self) -> str:

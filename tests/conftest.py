@@ -432,3 +432,27 @@ def trainset(tmp_path: Path) -> Path:
     (tmp_path / "tiny.yaml").write_text("name: tiny\ndescription: two facts\nquestions: qs.jsonl\n"
                                         "documents: [facts.md]\nsplit: {field: split}\n")
     return tmp_path / "tiny.yaml"
+
+
+GAMING = "# Gaming\n\nGaming revenue for fiscal year 2023 was $9.07 billion, down 27% from a year ago.\n"
+
+
+def planned(n: int, answer: str, split: str) -> dict[str, Any]:
+    return {"id": f"p{n}", "question": f"Other question {n}?", "answer": answer, "split": split,
+            "plan": [{"sub_question": f"Step of question {n}?", "tool": "search_docs"}]}
+
+
+@pytest.fixture()
+def other(tmp_path: Path) -> Path:
+    """A second small set over another document: yes/no and name questions, each with a gold plan, and a figure
+    labeled with its gold section only."""
+    folder = tmp_path / "other"
+    folder.mkdir()
+    (folder / "gaming.md").write_text(GAMING)
+    sectioned = {"id": "p4", "question": "What was Gaming revenue?", "answer": "$9.07 billion", "split": "train",
+                 "gold_sections": ["Gaming"]}
+    rows = [planned(1, "yes", "train"), planned(2, "Jensen Huang", "train"), planned(3, "no", "dev"), sectioned]
+    (folder / "qs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "other.yaml").write_text("name: other\ndescription: gaming\nquestions: qs.jsonl\n"
+                                       "documents: [gaming.md]\nsplit: {field: split}\n")
+    return folder / "other.yaml"

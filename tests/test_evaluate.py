@@ -10,7 +10,7 @@ import pytest
 from dspy.utils import DummyLM
 from typer.testing import CliRunner
 
-from conftest import REPLIES, scripted_lms
+from conftest import REPLIES, assert_one_line_error, invoke, scripted_lms
 from dspy_rag import models, run_store
 from dspy_rag.cli import app
 from dspy_rag.evals import evaluate, stored_runs
@@ -83,6 +83,44 @@ def test_an_interrupted_eval_resumes_where_it_stopped(trainset: Path, tmp_path: 
     assert eval_cli(trainset, tmp_path / "out").exit_code == 0
     assert asked == ["q5", "q6"]  # q5 was not asked again
     assert len(read(tmp_path / "artifacts" / "ledger.jsonl")) == 1  # only the finished eval is recorded
+
+
+def test_several_sets_pool_into_one_table_beside_a_table_per_set(trainset: Path, other: Path, tmp_path: Path,
+                                                                 scripted: list[DummyLM]) -> None:
+    out = tmp_path / "out"
+    asked = ["eval", "--questions", str(trainset), "--questions", str(other), "--out", str(out),
+             "--pipeline", "baseline", "--pipeline", "deep"]
+    result = CliRunner().invoke(app, asked)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "results.json").read_text())
+    assert report["trainset"] == "tiny+other"
+    assert report["title"].startswith("tiny+other dev, 3 questions (tiny 2, other 1)")
+    deep = report["rows"]["deep@qwen2.5-coder-0.5b"]
+    assert [(r["set"], r["id"], r["f1"]) for r in deep] == [("tiny", "q5", 1.0), ("tiny", "q6", 0.0),
+                                                                 ("other", "p3", 0.0)]
+    assert report["columns"]["deep@qwen2.5-coder-0.5b"]["f1"] == pytest.approx(1 / 3, abs=1e-4)
+    by_set = {name: part["columns"]["deep@qwen2.5-coder-0.5b"]["f1"] for name, part in report["sets"].items()}
+    assert by_set == {"tiny": 0.5, "other": 0.0}
+    # each question was researched in its own set's documents
+    kept = {k["id"]: json.dumps(k["trajectory"]) for k in map(json.loads, (out / "trajectories.jsonl").open())}
+    assert "gaming.md" in kept["p3"] and "facts.md" not in kept["p3"]
+    assert "facts.md" in kept["q5"] and "gaming.md" not in kept["q5"]
+    shown = (out / "report.md").read_text()
+    assert all(title in shown for title in ("# tiny+other dev, 3", "# tiny dev, 2", "# other dev, 1"))
+    assert "other dev, 1 questions" in result.stdout
+    # one ledger line per set and column, so `history` keeps each set's lineage; asked again, all is reused
+    lines = [(e.trainset, e.artifact, e.questions) for e in read(tmp_path / "artifacts" / "ledger.jsonl")]
+    assert lines == [("tiny", "baseline", 2), ("tiny", None, 2), ("other", "baseline", 1), ("other", None, 1)]
+    again = CliRunner().invoke(app, [*asked, "--json"])
+    assert json.loads(again.stdout)["runs"] == report["runs"] | {"run": 0, "reused": 6, "columns": {
+        label: {"run": 0, "reused": 3} for label in report["columns"]}}
+    assert len(read(tmp_path / "artifacts" / "ledger.jsonl")) == 4
+
+
+def test_a_set_named_twice_is_refused(trainset: Path, tmp_path: Path, scripted: list[DummyLM]) -> None:
+    result = invoke("eval", "--questions", f"{trainset},{trainset}", "--out", str(tmp_path / "out"))
+    assert_one_line_error(result, "trainset tiny is given twice; name each trainset once")
+    assert not (tmp_path / "out").exists()
 
 
 def test_columns_cover_every_combination_once() -> None:

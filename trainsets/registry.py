@@ -18,6 +18,7 @@ import hashlib
 from contextlib import suppress
 from functools import cached_property
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import yaml
@@ -34,6 +35,7 @@ from dspy_rag.web import SnapshotSearch, WebSearch
 
 DEFINITIONS = Path(__file__).parent
 HUB_FILE = r"^hf://datasets/[^/]+/[^/]+/.+"
+SEPARATOR = "+"  # between the names of pooled sets, in the names of what is fit or measured on them
 Part = Literal["train", "dev"]
 Split = Literal["train", "dev", "all"]
 
@@ -222,3 +224,21 @@ def load_trainset(name_or_path: str) -> Trainset:
                         f"{DEFINITIONS} for the fields") from exc
     return Trainset(definition, path.resolve())
 
+
+
+def trainset_names(given: str | Sequence[str]) -> list[str]:
+    """The names or paths a repeatable option gives: repeated, or comma-separated in one value."""
+    values = [given] if isinstance(given, str) else list(given)
+    names = [name.strip() for value in values for name in value.split(",") if name.strip()]
+    if not names:
+        raise UserError("no trainset is named; e.g. --trainset hotpotqa --trainset musique")
+    return names
+
+
+def load_trainsets(given: str | Sequence[str]) -> list[Trainset]:
+    """The named trainsets, each once."""
+    sets = [load_trainset(name) for name in trainset_names(given)]
+    names = [s.name for s in sets]
+    if repeated := sorted({n for n in names if names.count(n) > 1}):
+        raise UserError(f"trainset {', '.join(repeated)} is given twice; name each trainset once")
+    return sets

@@ -89,8 +89,9 @@ def compile_command(
     from dspy_rag import artifacts
     from dspy_rag.evals.research_metric import metric_weights
     from dspy_rag.optimizers.compile import CompileRequest, compile_program, estimate, splits
-    from dspy_rag.optimizers.pool import Pool, trainset_names
+    from dspy_rag.optimizers.pool import Pool
     from dspy_rag.optimizers.teleprompters import OPTIMIZERS, settings_for
+    from dspy_rag.trainsets.registry import trainset_names
 
     settings = config_of(config, **{"lm.model": model})
     weights = metric_weights(_pairs(weight, "--weight", "f1=0.6")) if weight else None
@@ -141,7 +142,7 @@ def distill_policy_command(
     """Learn when to stop researching and when to re-plan: label every decision point of traced train runs, fit
     logistic regressions and save them into the artifact (`ask --policy learned`)."""
     from dspy_rag.optimizers.distill_policy import DistillRequest, distill_policy
-    from dspy_rag.optimizers.pool import trainset_names
+    from dspy_rag.trainsets.registry import trainset_names
 
     settings = config_of(config, **{"lm.model": model})
     policy = distill_policy(DistillRequest(trainset_names(trainset), artifact, step_cost, train_limit, decisions,

@@ -1,7 +1,7 @@
 """`dspy-rag eval`: programs side by side on a trainset's dev questions (dspy_rag.evals.evaluate), as a table."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -12,7 +12,8 @@ from dspy_rag.evals.evaluate import ABLATIONS, run_eval, table
 
 
 def eval_command(
-    questions: Annotated[str, typer.Option(help="a trainset name or YAML definition (its dev split is asked)")],
+    questions: Annotated[list[str], typer.Option(help="a trainset name or YAML definition (its dev split is asked); "
+                                                 "repeat, or separate with commas, to pool several sets")],
     pipeline: Annotated[list[str] | None, typer.Option(help="plain (the plainest RAG, a yardstick), baseline and/or "
                                                        "deep (repeat; default deep)")] = None,
     artifact: Annotated[list[str] | None, typer.Option(help="deep: artifact name/folder or none (repeat)")] = None,
@@ -23,7 +24,7 @@ def eval_command(
                                                       "of its own (repeat): " + ", ".join(ABLATIONS))] = None,
     with_: Annotated[list[str] | None, typer.Option("--with", help="deep: also run it with this guard or role on, as "
                                                     "a column of its own (repeat): " + ", ".join(ABLATIONS))] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="first N dev questions")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="first N dev questions of each set")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="folder for results JSON, rows and report "
                                                           "(default: evals/results/eval-SET here)")] = None,
     judge: Annotated[str | None, typer.Option(help="a model that judges ragas' LLM metrics (faithfulness, answer "
@@ -37,8 +38,14 @@ def eval_command(
     if as_json:
         print_json(report)
         return
-    headers, rows = table(report["columns"])
-    shown = Table(title=report["title"])
+    show(report["title"], report["columns"])
+    for part in report.get("sets", {}).values():
+        show(part["title"], part["columns"])
+
+
+def show(title: str, columns: dict[str, dict[str, Any]]) -> None:
+    headers, rows = table(columns)
+    shown = Table(title=title)
     for header in headers:
         shown.add_column(header)
     for cells in rows:
