@@ -31,13 +31,15 @@ class LedgerEntry:
     split: str
     metric: str
     score: float  # compile: the dev score after; eval: the score
-    score_before: float | None  # compile: the dev score of the program it started from; eval: None
+    # compile: the dev score of the program it started from; eval: the uncompiled program's in the same eval, if run
+    score_before: float | None
     questions: int
     optimizer: str | None = None
     lm_calls: int = 0
     tokens: int = 0
     seconds: float = 0.0
     reused: int = 0  # of the questions, those whose runs came from the run store, not run for this measurement
+    gain_ci: list[float] | None = None  # 95% paired bootstrap interval of score - score_before, same questions
     time: str = ""  # ISO-8601 UTC, filled in by append when empty
     version: int = LEDGER_VERSION
 

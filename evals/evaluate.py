@@ -43,7 +43,7 @@ from dspy_rag.evals.rows import (
     weighted,
 )
 from dspy_rag.evals.rows import summarize as summarize_answers
-from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, bootstrap_ci, paired_delta_ci
+from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, bootstrap_ci, gain_interval, paired_delta_ci
 from dspy_rag.evals.stored_runs import AnswerRuns, StoredRun
 from dspy_rag.files import write_atomic, write_json_atomic
 from dspy_rag.ledger import LedgerEntry, append, ledger_path
@@ -431,16 +431,23 @@ def record(config: Config, trainset: Trainset, eval_set: EvalSet, measured: Meas
            weights: dict[str, float]) -> None:
     """One ledger line per column that ran questions of this set now (so `history` keeps one lineage per set).
     The ledger follows prompts across recompiles; a column that only swaps the stopping policy is no new
-    program, and one whose every run was reused is no new measurement. Costs are those of the runs made now."""
+    program, and one whose every run was reused is no new measurement. Costs are those of the runs made now.
+    A compiled column measured beside the uncompiled program carries the paired interval of its gain over it."""
     from dspy_rag.evals.research_metric import describe
+
+    def scores(column: Column) -> list[float]:
+        return [weighted(r, weights) for r in measured.rows[column]]
 
     results = summaries(measured.rows, columns, weights)
     for column in (c for c in columns if measured.new[c] and c.policy == "llm" and c.switch is None):
-        new = measured.new[column]
+        new, uncompiled = measured.new[column], Column("deep", "none", column.model)
+        beside = column.pipeline == "deep" and column != uncompiled and uncompiled in measured.rows
         append(ledger_path(config), LedgerEntry(
             kind="eval", artifact=ledger_name(column), parent=None,
             model=column.model, trainset=trainset.name, trainset_hash=trainset.content_hash, split="dev",
-            metric=describe(weights), score=results[column.label]["score"], score_before=None,
+            metric=describe(weights), score=results[column.label]["score"],
+            score_before=results[uncompiled.label]["score"] if beside else None,
             questions=len(eval_set.questions), lm_calls=sum(r.lm_calls for r in new),
             tokens=sum(r.tokens for r in new), seconds=round(sum(r.seconds for r in new), 1),
-            reused=measured.tally(column).reused))
+            reused=measured.tally(column).reused,
+            gain_ci=gain_interval(scores(uncompiled), scores(column)) if beside else None))

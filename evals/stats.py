@@ -32,6 +32,14 @@ def paired_delta_ci(before: Sequence[float], after: Sequence[float]) -> tuple[fl
     return _bca(gains, (before, after), _mean_gain, paired=True)
 
 
+def gain_interval(before: Sequence[float], after: Sequence[float]) -> list[float] | None:
+    """The paired interval of the gain, rounded as the ledger keeps it; None for too few questions to mean
+    anything."""
+    if len(before) < MIN_QUESTIONS_FOR_AN_INTERVAL:
+        return None
+    return [round(bound, 4) for bound in paired_delta_ci(before, after)]
+
+
 def _mean(values: np.ndarray, axis: int) -> np.ndarray:
     return np.mean(values, axis=axis)
 

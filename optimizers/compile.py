@@ -18,7 +18,7 @@ from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 from dspy_rag.evals.research_metric import ResearchMetric
 from dspy_rag.evals.rows import weighted
-from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, paired_delta_ci
+from dspy_rag.evals.stats import gain_interval
 from dspy_rag.evals.stored_runs import AnswerRuns
 from dspy_rag.ledger import LedgerEntry, append
 from dspy_rag.models import build_lm, usage_since
@@ -151,9 +151,9 @@ class DevRuns:
 
 def gain_text(before: list[float], after: list[float]) -> str:
     mean = sum(after) / len(after) - sum(before) / len(before)
-    if len(before) < MIN_QUESTIONS_FOR_AN_INTERVAL:
+    if (interval := gain_interval(before, after)) is None:
         return f"{mean:+.3f} (too few dev questions to tell a gain from noise)"
-    low, high = paired_delta_ci(before, after)
+    low, high = interval
     verdict = "a gain" if low > 0 else "a loss" if high < 0 else "inside noise"
     return f"{mean:+.3f} (95% CI {low:+.3f} … {high:+.3f}: {verdict})"
 
@@ -185,12 +185,13 @@ def optimize(program: dspy.Module, data: Splits, optimizer: Optimizer, settings:
 def record(folder: Path, outcome: Outcome, manifest: artifacts.Manifest, config: Config, replace: bool) -> None:
     """Save the artifact, then append its ledger line: a ledger line never names a missing artifact."""
     artifacts.save(folder, outcome.program, manifest, outcome.learned_from, replace=replace)
+    pairs = list(manifest.dev_scores.values())  # [before, after] per dev question
     append(config.artifacts.path / "ledger.jsonl", LedgerEntry(
         kind="compile", artifact=manifest.name, parent=manifest.parent, model=manifest.model,
         trainset=manifest.trainset, trainset_hash=manifest.trainset_hash, split="dev", metric=manifest.metric,
         score=manifest.dev_after or 0.0, score_before=manifest.dev_before, questions=manifest.dev_questions,
         optimizer=manifest.optimizer, lm_calls=manifest.lm_calls, tokens=manifest.tokens, seconds=manifest.seconds,
-        reused=manifest.dev_reused))
+        reused=manifest.dev_reused, gain_ci=gain_interval([b for b, _ in pairs], [a for _, a in pairs])))
 
 
 def compile_program(request: CompileRequest, config: Config, reporter: Reporter = QUIET) -> artifacts.Manifest:

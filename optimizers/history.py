@@ -102,7 +102,7 @@ def score_text(value: float | None, signed: bool = False) -> str:
 
 
 TEXT_COLUMNS = ("#", "kind", "artifact", "model", "trainset", "optimizer")
-FIGURE_COLUMNS = ("questions", "before", "score", "Δ parent", "Δ uncompiled")
+FIGURE_COLUMNS = ("questions", "before", "score", "Δ parent", "Δ uncompiled", "gain 95% CI")
 
 
 def cells(row: Row) -> list[str]:
@@ -110,7 +110,17 @@ def cells(row: Row) -> list[str]:
     entry = row.entry
     return [str(row.generation), entry.kind, entry.artifact or UNCOMPILED, entry.model, entry.trainset,
             entry.optimizer or "-", str(entry.questions), score_text(entry.score_before), score_text(entry.score),
-            score_text(row.delta_parent, signed=True), score_text(row.delta_uncompiled, signed=True)]
+            score_text(row.delta_parent, signed=True), score_text(row.delta_uncompiled, signed=True),
+            interval_text(entry.gain_ci)]
+
+
+def interval_text(interval: list[float] | None) -> str:
+    """The gain's interval over the same questions (score − before), with what it says."""
+    if interval is None:
+        return "-"
+    low, high = interval
+    verdict = "a gain" if low > 0 else "a loss" if high < 0 else "noise"
+    return f"[{low:+.3f}, {high:+.3f}] {verdict}"
 
 
 def report(ledger: Path, grouped: dict[str, list[Row]]) -> dict[str, Any]:
@@ -136,8 +146,11 @@ def plot(grouped: dict[str, list[Row]], path: Path) -> None:
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     for name, points in curves.items():
-        axes.plot(*zip(*points, strict=True), marker="o", label=name)
-    axes.set(xlabel="recompile (0 = uncompiled)", ylabel="score")
+        line, = axes.plot(*zip(*points, strict=True), marker="o", label=name)
+        if bars := gain_bars(grouped[name]):  # each compile's score as far as its gain's interval reaches
+            x, y, below, above = zip(*bars, strict=True)
+            axes.errorbar(x, y, yerr=[below, above], fmt="none", ecolor=line.get_color(), capsize=4)
+    axes.set(xlabel="recompile (0 = uncompiled)", ylabel="score (bars: 95% interval of each compile's gain)")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.legend(title="lineage")
     image = io.BytesIO()
@@ -154,3 +167,16 @@ def compile_points(rows: list[Row]) -> list[tuple[int, float]]:
     start = [(0, compiles[0].uncompiled_score)] if compiles and compiles[0].uncompiled_score is not None else []
     return start + [(row.generation, row.entry.score) for row in compiles]
 
+
+
+def gain_bars(rows: list[Row]) -> list[tuple[int, float, float, float]]:
+    """(recompile number, score, reach below, reach above) of a lineage's compiles whose gain over the program
+    they started from has an interval: the score that interval allows, given the starting score."""
+    bars = []
+    for row in rows:
+        entry = row.entry
+        if entry.kind == "compile" and entry.gain_ci and entry.score_before is not None:
+            gain = entry.score - entry.score_before
+            bars.append((row.generation, entry.score, max(gain - entry.gain_ci[0], 0.0),
+                         max(entry.gain_ci[1] - gain, 0.0)))
+    return bars

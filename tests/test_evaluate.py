@@ -117,6 +117,27 @@ def test_several_sets_pool_into_one_table_beside_a_table_per_set(trainset: Path,
     assert len(read(tmp_path / "artifacts" / "ledger.jsonl")) == 4
 
 
+def test_a_compiled_column_beside_the_uncompiled_program_records_its_gain_with_an_interval(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from conftest import scratch_config
+
+    def rows(label: str, f1: float) -> list[Row]:
+        return [Row("tiny", label, f"q{n}", "?", "a", "a", f1, f1, f1, 1.0, 1.0, 5, 100, 1.0, 1.0, 1, None)
+                for n in range(8)]
+
+    uncompiled, compiled = evaluate.Column("deep", "none", "local/m"), evaluate.Column("deep", "v1", "local/m")
+    plain = evaluate.Column("plain", "none", "local/m")
+    columns = [uncompiled, compiled, plain]
+    made = {uncompiled: rows("deep@m", 0.0), compiled: rows("deep+v1@m", 1.0), plain: rows("plain@m", 1.0)}
+    config = scratch_config(tmp_path, **{"artifacts.path": tmp_path / "artifacts"})
+    evaluate.record(config, SimpleNamespace(name="tiny", content_hash="h"), SimpleNamespace(questions=[0] * 8),
+                    evaluate.Measured(made, made, set()), columns, {"f1": 1.0})
+    lines = {e.artifact: (e.score_before, e.gain_ci) for e in read(tmp_path / "artifacts" / "ledger.jsonl")}
+    # every question gains 1.0: the interval is that gain; the uncompiled program and the yardstick carry none
+    assert lines == {None: (None, None), "v1": (0.0, [1.0, 1.0]), "plain": (None, None)}
+
+
 def test_a_set_named_twice_is_refused(trainset: Path, tmp_path: Path, scripted: list[DummyLM]) -> None:
     result = invoke("eval", "--questions", f"{trainset},{trainset}", "--out", str(tmp_path / "out"))
     assert_one_line_error(result, "trainset tiny is given twice; name each trainset once")

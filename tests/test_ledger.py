@@ -20,10 +20,12 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def entry(kind: str = "compile", artifact: str | None = "v1", parent: str | None = None, score: float = 0.5,
-          score_before: float | None = 0.4, model: str = MODEL, questions: int = 12) -> LedgerEntry:
+          score_before: float | None = 0.4, model: str = MODEL, questions: int = 12,
+          gain_ci: list[float] | None = None) -> LedgerEntry:
     return LedgerEntry(kind=kind, artifact=artifact, parent=parent, model=model, trainset="nvidia-10k",
                        trainset_hash="abc123", split="dev", metric="weighted(f1=0.6,evidence=0.2,citations=0.2)",
-                       score=score, score_before=score_before, questions=questions, optimizer="bootstrap")
+                       score=score, score_before=score_before, questions=questions, optimizer="bootstrap",
+                       gain_ci=gain_ci)
 
 
 def test_entries_round_trip_with_the_time_filled_in(tmp_path: Path) -> None:
@@ -116,9 +118,9 @@ def two_lineages(config: Path, tmp_path: Path) -> None:
         entry(kind="eval", artifact=None, score=0.40, score_before=None),
         entry(artifact="v1", score=0.50, score_before=0.38),
         entry(artifact="w1", model=OTHER_MODEL, score=0.30, score_before=0.20),
-        entry(artifact="v2", parent="v1", score=0.55, score_before=0.49),
+        entry(artifact="v2", parent="v1", score=0.55, score_before=0.49, gain_ci=[0.01, 0.11]),
         entry(kind="eval", artifact="v2", score=0.53, score_before=None),
-        entry(artifact="x2", parent="v1", model=OTHER_MODEL, score=0.36, score_before=0.31),
+        entry(artifact="x2", parent="v1", model=OTHER_MODEL, score=0.36, score_before=0.31, gain_ci=[-0.04, 0.15]),
     ]:
         append(ledger, item)
 
@@ -148,6 +150,21 @@ def test_history_prints_a_table_per_lineage(config: Path, two_lineages: None) ->
     output = history(config).stdout
     assert all(f"lineage {name}" in output for name in ("uncompiled", "v1", "w1"))
     assert "+0.150" in output and "+0.050" in output
+    # each recompile's gain with its interval, and what the interval says
+    assert "[+0.010, +0.110] a gain" in output and "[-0.040, +0.150] noise" in output
+    rows = {row["artifact"]: row for lineage in json.loads(history(config, "--json").stdout)["lineages"]
+            for row in lineage["rows"] if row["kind"] == "compile"}
+    assert (rows["v2"]["gain_ci"], rows["v1"]["gain_ci"]) == ([0.01, 0.11], None)
+
+
+def test_the_plot_draws_each_compiles_interval_where_it_has_one(two_lineages: None, tmp_path: Path) -> None:
+    from dspy_rag.optimizers.history import gain_bars, lineages
+
+    grouped = lineages(read(tmp_path / "artifacts" / LEDGER_FILE))
+    # v2: score 0.55 from 0.49, a gain of 0.06 whose interval reaches 0.05 below and 0.05 above it
+    assert [(x, y, pytest.approx(below), pytest.approx(above)) for x, y, below, above in gain_bars(grouped["v1"])] == [
+        (2, 0.55, 0.05, 0.05), (2, 0.36, 0.09, 0.10)]
+    assert gain_bars(grouped["w1"]) == []
 
 
 def test_history_prints_an_artifact_name_as_written(config: Path, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dspy_rag.evals.stats import bootstrap_ci, paired_delta_ci
+from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, bootstrap_ci, gain_interval, paired_delta_ci
 
 # Scores as an eval produces them: F1-like fractions, with the all-or-nothing values common.
 SCORES = st.lists(st.sampled_from([0.0, 0.5, 1.0]) | st.floats(0, 1), min_size=8, max_size=40)
@@ -65,3 +65,10 @@ def test_runs_over_different_questions_are_refused() -> None:
         paired_delta_ci([1.0] * 8, [1.0] * 9)
     with pytest.raises(ValueError, match="no values"):
         bootstrap_ci([])
+
+
+def test_the_ledgers_gain_interval_needs_enough_questions() -> None:
+    few = MIN_QUESTIONS_FOR_AN_INTERVAL - 1
+    assert gain_interval([0.0] * few, [1.0] * few) is None
+    low, high = gain_interval([0.0, 0.5] * 6, [0.5, 0.5] * 6)
+    assert 0 < low <= 0.25 <= high <= 0.5 and round(low, 4) == low
