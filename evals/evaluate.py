@@ -305,10 +305,11 @@ def progress_text(column: Column, run: StoredRun) -> str:
 def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str] | None = None,
              artifact: list[str] | None = None, model: list[str] | None = None, policy: list[str] | None = None,
              without: list[str] | None = None, limit: int | None = None, out_dir: Path | None = None,
-             judge: str | None = None, reporter: Reporter = QUIET, with_: list[str] | None = None) -> dict[str, Any]:
+             judge: str | None = None, reporter: Reporter = QUIET, with_: list[str] | None = None,
+             take: int = 1) -> dict[str, Any]:
     """Evaluate pipelines, artifacts and models side by side on the dev questions of one trainset, or of several
-    pooled (None: deep, the uncompiled program, the configured model, the LM policy; `limit` is per set); returns
-    the report it writes to results.json."""
+    pooled (None: deep, the uncompiled program, the configured model, the LM policy; `limit` is per set; `take`
+    2, 3 ... measures the same runs again, apart from the first); returns the report it writes to results.json."""
     from typing import get_args
 
     import dspy
@@ -364,7 +365,7 @@ def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str]
                                   artifact=column.artifact)
             context = run_context(program, settings, trainset.name, trainset.content_hash, column.label,
                                   eval_set.web)
-            return program, AnswerRuns(store, context)
+            return program, AnswerRuns(store, context, take)
         return prepare
 
     def use_lm(column: Column) -> None:
@@ -382,7 +383,7 @@ def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str]
     results = summaries(measured.rows, columns, weights)
     tallies = {c.label: asdict(measured.tally(c)) for c in columns}
     total = Tally(sum(t["run"] for t in tallies.values()), sum(t["reused"] for t in tallies.values()))
-    title = title_of(eval_sets, describe(weights))
+    title = title_of(eval_sets, describe(weights)) + (f", take {take}" if take > 1 else "")
     report: dict[str, Any] = {"trainset": name, "title": title, "columns": results,
                               "rows": {c.label: [asdict(r) for r in measured.rows[c]] for c in columns},
                               "runs": {"run": total.run, "reused": total.reused, "columns": tallies}}

@@ -26,15 +26,16 @@ class StoredRun:
 
 
 class AnswerRuns:
-    """The answer runs of one program (the run context) on one set, under any label the caller shows them by."""
+    """The answer runs of one program (the run context) on one set, under any label the caller shows them by.
+    Take 2, 3 ... are repeat measurements of the same runs, kept apart from the first and from each other."""
 
-    def __init__(self, store: RunStore, context: RunContext) -> None:
-        self.store, self.context = store, context
+    def __init__(self, store: RunStore, context: RunContext, take: int = 1) -> None:
+        self.store, self.context, self.take = store, context, take
 
     def key(self, question: Question) -> str:
-        # The gold is keyed too: the stored row holds scores against it.
-        return self.context.key(ANSWER, question.question, [question.answer, question.aliases,
-                                                            question.gold_passages, question.gold_sections])
+        # The gold is keyed too: the stored row holds scores against it. Take 1 keeps the key it always had.
+        gold: list[Any] = [question.answer, question.aliases, question.gold_passages, question.gold_sections]
+        return self.context.key(ANSWER, question.question, gold if self.take == 1 else [*gold, {"take": self.take}])
 
     def stored(self, label: str, question: Question) -> StoredRun | None:
         """The run made before, under this set's name, label and question id; None when there is none, or when

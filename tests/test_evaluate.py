@@ -138,6 +138,22 @@ def test_a_compiled_column_beside_the_uncompiled_program_records_its_gain_with_a
     assert lines == {None: (None, None), "v1": (0.0, [1.0, 1.0]), "plain": (None, None)}
 
 
+def test_a_second_take_runs_every_question_again_and_is_reused_as_that_take(trainset: Path, tmp_path: Path,
+                                                                            scripted: list[DummyLM]) -> None:
+    def runs(out: str, *extra: str) -> tuple[int, int]:
+        result = eval_cli(trainset, tmp_path / out, "--json", *extra)
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        return report["runs"]["run"], report["runs"]["reused"]
+
+    assert runs("first") == (2, 0)
+    assert runs("first-again") == (0, 2)  # the same runs, from the store
+    assert runs("second", "--take", "2") == (2, 0)  # measured again
+    assert runs("second-again", "--take", "2") == (0, 2)  # take 2 resumes and is reused as take 2
+    assert runs("first-once-more") == (0, 2)  # take 1 is untouched by take 2
+    assert json.loads((tmp_path / "second" / "results.json").read_text())["title"].endswith(", take 2")
+
+
 def test_a_set_named_twice_is_refused(trainset: Path, tmp_path: Path, scripted: list[DummyLM]) -> None:
     result = invoke("eval", "--questions", f"{trainset},{trainset}", "--out", str(tmp_path / "out"))
     assert_one_line_error(result, "trainset tiny is given twice; name each trainset once")

@@ -29,12 +29,15 @@ def eval_command(
                                                           "(default: evals/results/eval-SET here)")] = None,
     judge: Annotated[str | None, typer.Option(help="a model that judges ragas' LLM metrics (faithfulness, answer "
                                               "correctness, context precision and recall)")] = None,
+    take: Annotated[int, typer.Option(min=1, help="2, 3 ...: run every question again as a repeat measurement, "
+                                      "kept apart in the run store (it resumes, and is reused as that take), for "
+                                      "the run-to-run noise; write it to its own --out")] = 1,
     config: ConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Evaluate pipelines, artifacts and models side by side on a trainset's dev questions."""
     report = run_eval(config_of(config), questions, pipeline, artifact, model, policy, without, limit, out_dir, judge,
-                      STDERR, with_)
+                      STDERR, with_, take)
     if as_json:
         print_json(report)
         return
