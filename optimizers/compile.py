@@ -23,7 +23,7 @@ from dspy_rag.evals.stored_runs import AnswerRuns
 from dspy_rag.ledger import LedgerEntry, append
 from dspy_rag.models import build_lm, usage_since
 from dspy_rag.optimizers.evidence import with_found_evidence
-from dspy_rag.optimizers.pool import Pool, SetPrograms
+from dspy_rag.optimizers.pool import Pool, PooledProgram, SetPrograms
 from dspy_rag.optimizers.teleprompters import OPTIMIZERS, Optimizer, settings_for
 from dspy_rag.pipelines.programs import build_program
 from dspy_rag.reporter import QUIET, Bars, Reporter
@@ -68,7 +68,6 @@ class Splits:
 
 def splits(pool: Pool, optimizer: Optimizer, train_limit: int | None, dev_limit: int | None) -> Splits:
     """The pooled splits, the limits taken per set."""
-    pool.check(optimizer)
     train, dev = pool.examples("train", train_limit), pool.examples("dev", dev_limit)
     val = train[::VALSET_SHARE] if optimizer.needs_valset and len(train) >= VALSET_SHARE else []
     return Splits([e for e in train if e not in val], val, dev)
@@ -176,8 +175,13 @@ def optimize(program: dspy.Module, data: Splits, optimizer: Optimizer, settings:
     runs = optimizer.runs(len(data.train), len(data.val), settings)
     tracker.start("optimize", f"optimize ({optimizer.name}, ≤{runs} runs)", None)
     teleprompter = optimizer.build(metric, settings, teacher, lm)
-    extra = {"valset": data.val} if data.val else {}
-    compiled = teleprompter.compile(program, trainset=data.train, **extra, **optimizer.compile_args(settings))
+    student, train, val = program, data.train, data.val
+    if len(dev.pool.sets) > 1:  # each train question researched on its own set's index and web
+        student, train, val = dev.programs.pooled(program), PooledProgram.routed(train), PooledProgram.routed(val)
+    extra = {"valset": val} if val else {}
+    compiled = teleprompter.compile(student, trainset=train, **extra, **optimizer.compile_args(settings))
+    if isinstance(compiled, PooledProgram):
+        compiled = compiled.first()
     tracker.start("after", f"dev after ({len(data.dev)})", len(data.dev))
     return Outcome(compiled, before, dev.scores(compiled, data.dev, metric), tracker.learned_from)
 

@@ -1,8 +1,9 @@
 """The trainsets one compile is fit on: their train splits pooled for the optimizer and their dev splits for the
-score, each question tagged with its own set, so its dev run retrieves from that set's index and web snapshot."""
+score, each question tagged with its own set, so each of its runs retrieves from that set's index and web snapshot."""
 
 import hashlib
 from collections.abc import Sequence
+from functools import reduce
 
 import dspy
 
@@ -11,7 +12,6 @@ from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 from dspy_rag.evals.research_metric import example_of
 from dspy_rag.index import Index
-from dspy_rag.optimizers.teleprompters import OPTIMIZERS, Optimizer
 from dspy_rag.pipelines.programs import build_program
 from dspy_rag.trainsets.registry import SEPARATOR, Part, Trainset, load_trainsets
 from dspy_rag.web import WebSearch
@@ -43,13 +43,6 @@ class Pool:
         """Every set by name and content hash, for the artifact's manifest."""
         return [{"name": s.name, "hash": s.content_hash} for s in self.sets]
 
-    def check(self, optimizer: Optimizer) -> None:
-        """Only an optimizer that never runs the program on the train split fits on several sets at once."""
-        if len(self.sets) > 1 and not optimizer.pools:
-            able = ", ".join(name for name, o in OPTIMIZERS.items() if o.pools)
-            raise UserError(f"{optimizer.name} runs the program on train questions, which needs one trainset; "
-                            f"compile on several trainsets with --optimizer {able}")
-
     def examples(self, part: Part, limit: int | None) -> list[dspy.Example]:
         """The first `limit` questions of each set's split, its sets in turn, each example tagged with its set."""
         examples = []
@@ -73,9 +66,16 @@ class SetPrograms:
     program of its own carrying the same prompts and demos."""
 
     def __init__(self, config: Config, tools: dict[str, tuple[Index, WebSearch | None]]) -> None:
+        self.config, self.tools = config, tools
         self.first, *others = tools
         self.webs = {name: web for name, (_index, web) in tools.items()}
         self.programs = {name: build_program("deep", config, *tools[name]) for name in others}
+
+    def pooled(self, program: dspy.Module) -> "PooledProgram":
+        """`program` (built on the first set's tools) with a program of its own on every other set, sharing its
+        predictors: what an optimizer runs on the pooled train questions."""
+        others = {name: build_program("deep", self.config, *self.tools[name]) for name in self.programs}
+        return PooledProgram({self.first: program, **others})
 
     def bound(self, program: dspy.Module, trainset: str) -> dspy.Module:
         """`program` (built on the first set's tools) as it runs on `trainset`'s."""
@@ -84,3 +84,30 @@ class SetPrograms:
         other = self.programs[trainset]
         other.load_state(artifacts.dspy_state(program))
         return other
+
+
+class PooledProgram(dspy.Module):
+    """The program an optimizer runs on several sets' train questions: one program per set, bound to that set's
+    index and web, all sharing the first one's predictors, so whatever the optimizer sets (demos, instructions)
+    is the same prompt on every set. A question is researched on its own set's tools (its `trainset` input)."""
+
+    def __init__(self, programs: dict[str, dspy.Module]) -> None:
+        super().__init__()
+        first, *others = programs.values()
+        for other in others:
+            for name, predictor in first.named_predictors():
+                owner, _, attribute = name.rpartition(".")
+                setattr(reduce(getattr, owner.split("."), other) if owner else other, attribute, predictor)
+        self.programs = programs
+
+    def forward(self, question: str, trainset: str) -> dspy.Prediction:
+        return self.programs[trainset](question=question)
+
+    def first(self) -> dspy.Module:
+        """The first set's program: the one the artifact saves."""
+        return next(iter(self.programs.values()))
+
+    @staticmethod
+    def routed(examples: list[dspy.Example]) -> list[dspy.Example]:
+        """The examples with their set as an input, so the optimizer passes it to `forward`."""
+        return [e.with_inputs(*e.inputs().keys(), "trainset") for e in examples]

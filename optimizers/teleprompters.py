@@ -28,9 +28,6 @@ class Optimizer:
     runs: Callable[[int, int, dict[str, Any]], int]
     # Extra arguments to `compile` beyond student and trainset.
     needs_valset: bool = False
-    # Fits on several trainsets at once: it never runs the program on the train split, where each question would
-    # need its own set's index.
-    pools: bool = False
     compile_args: Callable[[dict[str, Any]], dict[str, Any]] = lambda settings: {}
 
 
@@ -93,7 +90,7 @@ def _gepa(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm
 
 
 OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
-    Optimizer("labeled", {"k": 3, "stratify": True}, _labeled, lambda train, val, s: 0, pools=True),
+    Optimizer("labeled", {"k": 3, "stratify": True}, _labeled, lambda train, val, s: 0),
     Optimizer("bootstrap", {"demos": 2, "labeled": 0, "max_errors": 5}, _bootstrap,
               lambda train, val, s: train),
     Optimizer("random-search", {"demos": 2, "labeled": 0, "candidates": 2, "max_errors": 5}, _random_search,

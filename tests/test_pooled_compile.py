@@ -71,10 +71,53 @@ def test_one_set_keeps_its_own_name_and_hash_and_old_manifests_load(trainset: Pa
     assert shipped.trainset == "hotpotqa" and shipped.trainsets == []
 
 
-def test_only_an_optimizer_that_never_runs_the_train_split_pools(trainset: Path, other: Path,
-                                                                 settings: Config) -> None:
-    with pytest.raises(UserError, match="bootstrap runs the program on train questions.*--optimizer labeled"):
-        compiling.compile_program(compiling.CompileRequest(f"{trainset},{other}", "bootstrap"), settings)
+def test_an_optimizer_that_runs_the_program_researches_each_train_question_on_its_own_set(
+        trainset: Path, other: Path, settings: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    read_by_set: dict[str, set[str]] = {}
+    real_call = compiling.Tracker.__call__
+
+    def spy(self: compiling.Tracker, example: dspy.Example, prediction: Any, score: float) -> None:
+        if prediction is not None and self.phase == "optimize":  # a train run of the optimizer's
+            read_by_set.setdefault(example.trainset, set()).update(Path(p.source).name for p in prediction.passages)
+        real_call(self, example, prediction, score)
+
+    monkeypatch.setattr(compiling.Tracker, "__call__", spy)
+    request = compiling.CompileRequest(f"{trainset},{other}", "bootstrap", name="boot", settings={"demos": 8})
+    manifest = compiling.compile_program(request, settings)
+    assert read_by_set == {"tiny": {"facts.md"}, "other": {"gaming.md"}}
+    assert (manifest.trainset, manifest.optimizer) == ("tiny+other", "bootstrap")
+    state = json.loads((settings.artifacts.path / "boot" / artifacts.STATE_FILE).read_text())
+    # the saved program is the deep program itself, its predictors under their own names
+    assert "planner.predict" in state and not any(name.startswith("programs") for name in state)
+    # bootstrapped from the runs that scored on either set, each shown with the passages of its own set
+    demos = {d["question"]: d for d in state["synthesizer.short_answer.predict"]["demos"]}
+    assert set(demos) == {"Question 1: what was the revenue?", "Question 3: what was the revenue?",
+                          "What was Gaming revenue?"}
+    assert "gaming.md" in str(demos["What was Gaming revenue?"]["passages"])
+    assert "facts.md" in str(demos["Question 1: what was the revenue?"]["passages"])
+
+
+def test_the_pooled_program_shares_one_set_of_prompts_across_sets_and_copies_apart(
+        trainset: Path, other: Path, settings: Config) -> None:
+    from dspy_rag.optimizers.pool import PooledProgram, SetPrograms
+    from dspy_rag.pipelines.programs import build_program
+
+    sets = [load_trainset(str(trainset)), load_trainset(str(other))]
+    tools = {s.name: (s.index(settings), s.web(settings)) for s in sets}
+    program = build_program("deep", settings, *tools["tiny"])
+    pooled = SetPrograms(settings, tools).pooled(program)
+    assert len(pooled.named_predictors()) == len(program.named_predictors())  # one set of prompts
+    assert pooled.programs["other"].planner.predict is program.planner.predict
+    copied = pooled.reset_copy()
+    copied.programs["other"].planner.predict.demos = [dspy.Example(question="q")]
+    assert copied.programs["tiny"].planner.predict.demos == [dspy.Example(question="q")]  # shared in the copy
+    assert program.planner.predict.demos == []  # and apart from the original
+    assert copied.first() is copied.programs["tiny"]
+    routed, = PooledProgram.routed([dspy.Example(question="q", trainset="other").with_inputs("question")])
+    assert routed.inputs().toDict() == {"question": "q", "trainset": "other"}
+
+
+def test_a_set_named_twice_is_refused(trainset: Path, settings: Config) -> None:
     with pytest.raises(UserError, match="given twice"):
         compiling.compile_program(compiling.CompileRequest([str(trainset), str(trainset)], "labeled"), settings)
 
@@ -98,5 +141,5 @@ def test_dry_run_estimates_the_pooled_run(trainset: Path, other: Path) -> None:
                                       "--dry-run", "--train-limit", "1"])
     assert joined.exit_code == 0, joined.output
     assert "labeled on tiny+other: 2 train, 0 validation, 3 dev questions; ≤ 6 program runs" in joined.stdout
-    refused = invoke("compile", "--trainset", f"{trainset},{other}", "--dry-run")  # bootstrap, the default
-    assert refused.returncode == 2 and "--optimizer labeled" in refused.stderr
+    bootstrap = invoke("compile", "--trainset", f"{trainset},{other}", "--dry-run")  # the default optimizer
+    assert bootstrap.returncode == 0 and "bootstrap on tiny+other: 7 train" in bootstrap.stdout
