@@ -7,7 +7,7 @@ line; the next writer starts on a fresh line and readers skip it, so no good ent
 
 import json
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -81,6 +81,7 @@ def parse(line: bytes) -> LedgerEntry | None:
         record = json.loads(line)
         if record["version"] > LEDGER_VERSION:
             return None
-        return LedgerEntry(**record)
+        known = {f.name for f in fields(LedgerEntry)}  # a later field this version does not know is left out
+        return LedgerEntry(**{key: value for key, value in record.items() if key in known})
     except (ValueError, TypeError, KeyError):
         return None

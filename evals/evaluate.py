@@ -341,7 +341,9 @@ def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str]
     for eval_set in eval_sets:
         eval_set.questions = eval_set.questions[:limit]
     name = SEPARATOR.join(t.name for t in trainsets)
-    folder = out_dir or RESULTS / f"eval-{name}"
+    folder = out_dir or RESULTS / (f"eval-{name}" if take == 1 else f"eval-{name}-take-{take}")
+    if take > 1:  # a repeat measures the model's own run-to-run noise: no LM cache may answer for it
+        config = config.model_copy(update={"lm": config.lm.model_copy(update={"cache": False})})
     lms: dict[str, dspy.LM] = {}
 
     def lm_for(name: str) -> dspy.LM:
@@ -383,13 +385,14 @@ def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str]
     results = summaries(measured.rows, columns, weights)
     tallies = {c.label: asdict(measured.tally(c)) for c in columns}
     total = Tally(sum(t["run"] for t in tallies.values()), sum(t["reused"] for t in tallies.values()))
-    title = title_of(eval_sets, describe(weights)) + (f", take {take}" if take > 1 else "")
+    suffix = f", take {take}" if take > 1 else ""
+    title = title_of(eval_sets, describe(weights)) + suffix
     report: dict[str, Any] = {"trainset": name, "title": title, "columns": results,
                               "rows": {c.label: [asdict(r) for r in measured.rows[c]] for c in columns},
                               "runs": {"run": total.run, "reused": total.reused, "columns": tallies}}
     tables = markdown(results, title)
     if len(eval_sets) > 1:
-        report["sets"] = {s.name: {"title": title_of([s], describe(weights)),
+        report["sets"] = {s.name: {"title": title_of([s], describe(weights)) + suffix,
                                    "columns": summaries(one.rows, columns, weights)}
                           for s, one in zip(eval_sets, by_set, strict=True)}
         tables += "".join("\n" + markdown(part["columns"], part["title"]) for part in report["sets"].values())
@@ -400,11 +403,12 @@ def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str]
         with mlflow_run(config, f"eval {name}", reporter.line) as tracked:
             tracked.params({"trainset": name, "trainset_hash": SEPARATOR.join(t.content_hash for t in trainsets),
                             "questions": sum(len(s.questions) for s in eval_sets), "metric": describe(weights),
-                            "judge": judge})
+                            "judge": judge, "take": take})
             tracked.metrics({f"{mlflow_key(c.label)}.{metric}": results[c.label].get(metric)
                              for c in measured.fresh() for metric in LOGGED})
-    for trainset, eval_set, one in zip(trainsets, eval_sets, by_set, strict=True):
-        record(config, trainset, eval_set, one, columns, weights)
+    if take == 1:  # a repeat is the noise of a measurement the ledger has, not a new one
+        for trainset, eval_set, one in zip(trainsets, eval_sets, by_set, strict=True):
+            record(config, trainset, eval_set, one, columns, weights)
     return report
 
 

@@ -40,6 +40,11 @@ def gain_interval(before: Sequence[float], after: Sequence[float]) -> list[float
     return [round(bound, 4) for bound in paired_delta_ci(before, after)]
 
 
+def verdict(low: float, high: float) -> str:
+    """What a gain's interval says."""
+    return "a gain" if low > 0 else "a loss" if high < 0 else "inside noise"
+
+
 def _mean(values: np.ndarray, axis: int) -> np.ndarray:
     return np.mean(values, axis=axis)
 

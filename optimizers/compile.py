@@ -7,6 +7,7 @@ at the very end: an interrupted compile leaves nothing) and one line is appended
 """
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 from dspy_rag.evals.research_metric import ResearchMetric
 from dspy_rag.evals.rows import weighted
-from dspy_rag.evals.stats import gain_interval
+from dspy_rag.evals.stats import gain_interval, verdict
 from dspy_rag.evals.stored_runs import AnswerRuns
 from dspy_rag.ledger import LedgerEntry, append
 from dspy_rag.models import build_lm, usage_since
@@ -89,8 +90,8 @@ def estimate(optimizer: Optimizer, settings: dict[str, Any], data: Splits, model
 class Tracker:
     """Progress per phase, and the trajectories of the runs the optimizer learned from."""
 
-    def __init__(self, bars: Bars) -> None:
-        self.bars = bars
+    def __init__(self, bars: Bars, key: Callable[[dspy.Example], str] = lambda example: example.id) -> None:
+        self.bars, self.key = bars, key  # key: an example's id in the artifact (SET:ID when pooled)
         self.phase = self.label = ""
         self.done = 0
         self.learned_from: list[dict[str, Any]] = []
@@ -106,7 +107,7 @@ class Tracker:
         self.bars.advance(f"{self.label}: run {self.done} ({example.id}) {how} {score:.3f}")
         trajectory = getattr(prediction, "trajectory", None)
         if self.phase == "optimize" and trajectory is not None:
-            self.learned_from.append({"example": example.id, "score": round(score, 4),
+            self.learned_from.append({"example": self.key(example), "score": round(score, 4),
                                       "trajectory": trajectory.to_json()})
 
 
@@ -153,8 +154,7 @@ def gain_text(before: list[float], after: list[float]) -> str:
     if (interval := gain_interval(before, after)) is None:
         return f"{mean:+.3f} (too few dev questions to tell a gain from noise)"
     low, high = interval
-    verdict = "a gain" if low > 0 else "a loss" if high < 0 else "inside noise"
-    return f"{mean:+.3f} (95% CI {low:+.3f} … {high:+.3f}: {verdict})"
+    return f"{mean:+.3f} (95% CI {low:+.3f} … {high:+.3f}: {verdict(low, high)})"
 
 
 @dataclass
@@ -226,7 +226,7 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
     starts = {id(m): len(m.history) for m in (lm, teacher) if m is not None}
     with mlflow_run(config, name, reporter.say) as tracked:
         with reporter.bars() as bars:
-            tracker = Tracker(bars)
+            tracker = Tracker(bars, pool.key)
             metric = ResearchMetric(request.weights, request.threshold, on_score=tracker)
             tracked.params({"optimizer": optimizer.name, **settings, "model": model, "teacher": request.teacher,
                             "parent": request.parent, "trainset": pool.name, "trainset_hash": pool.content_hash,

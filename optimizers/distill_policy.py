@@ -22,8 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from itertools import zip_longest
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,7 +43,6 @@ if TYPE_CHECKING:  # dspy and scikit-learn cost a second to import, and every CL
 
 DEFAULT_STEP_COST = 0.02  # a step must raise the score by 2 points (of 100) to be worth its ~5 LM calls
 MAX_FOLDS = 5
-T = TypeVar("T")
 TRACE = "trace"  # the kind of run in the run store: a question researched to the end of its plan, taken apart
 
 
@@ -286,11 +284,6 @@ def stored_trace(store: RunStore, context: RunContext, program: DeepResearch, ex
     return traced
 
 
-def in_turn(groups: list[list[T]]) -> list[T]:
-    """The groups' items taken one from each in turn (a, b, a, b, a ...), so a cut-off keeps every group."""
-    return [item for row in zip_longest(*groups) for item in row if item is not None]
-
-
 def distill_policy(request: DistillRequest, config: Config, reporter: Reporter = QUIET) -> LearnedPolicy:
     """Trace, label, fit and save; returns the policy written into the artifact."""
     import dspy
@@ -298,7 +291,7 @@ def distill_policy(request: DistillRequest, config: Config, reporter: Reporter =
     from dspy_rag import artifacts
     from dspy_rag.evals.research_metric import ResearchMetric
     from dspy_rag.models import build_lm, usage_since
-    from dspy_rag.optimizers.pool import Pool
+    from dspy_rag.optimizers.pool import Pool, in_turn
     from dspy_rag.pipelines.policy_features import embed_texts
     from dspy_rag.pipelines.programs import build_program
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from dspy_rag import paths
 from dspy_rag.errors import UserError
+from dspy_rag.evals.stats import verdict
 from dspy_rag.files import write_atomic
 from dspy_rag.ledger import LedgerEntry
 
@@ -102,7 +103,7 @@ def score_text(value: float | None, signed: bool = False) -> str:
 
 
 TEXT_COLUMNS = ("#", "kind", "artifact", "model", "trainset", "optimizer")
-FIGURE_COLUMNS = ("questions", "before", "score", "Δ parent", "Δ uncompiled", "gain 95% CI")
+FIGURE_COLUMNS = ("questions", "before", "score", "Δ parent", "Δ uncompiled", "Δ before, 95% CI")
 
 
 def cells(row: Row) -> list[str]:
@@ -115,12 +116,12 @@ def cells(row: Row) -> list[str]:
 
 
 def interval_text(interval: list[float] | None) -> str:
-    """The gain's interval over the same questions (score − before), with what it says."""
+    """The interval of the gain over `before` on the same questions (a compile: the program it started from; an
+    eval: the uncompiled program beside it), with what it says."""
     if interval is None:
         return "-"
     low, high = interval
-    verdict = "a gain" if low > 0 else "a loss" if high < 0 else "noise"
-    return f"[{low:+.3f}, {high:+.3f}] {verdict}"
+    return f"[{low:+.3f}, {high:+.3f}] {verdict(low, high)}"
 
 
 def report(ledger: Path, grouped: dict[str, list[Row]]) -> dict[str, Any]:
@@ -166,7 +167,6 @@ def compile_points(rows: list[Row]) -> list[tuple[int, float]]:
     compiles = [row for row in rows if row.entry.kind == "compile"]
     start = [(0, compiles[0].uncompiled_score)] if compiles and compiles[0].uncompiled_score is not None else []
     return start + [(row.generation, row.entry.score) for row in compiles]
-
 
 
 def gain_bars(rows: list[Row]) -> list[tuple[int, float, float, float]]:

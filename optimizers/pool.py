@@ -4,6 +4,8 @@ score, each question tagged with its own set, so each of its runs retrieves from
 import hashlib
 from collections.abc import Sequence
 from functools import reduce
+from itertools import zip_longest
+from typing import TypeVar
 
 import dspy
 
@@ -15,6 +17,13 @@ from dspy_rag.index import Index
 from dspy_rag.pipelines.programs import build_program
 from dspy_rag.trainsets.registry import SEPARATOR, Part, Trainset, load_trainsets
 from dspy_rag.web import WebSearch
+
+T = TypeVar("T")
+
+
+def in_turn(groups: list[list[T]]) -> list[T]:
+    """The groups' items taken one from each in turn (a, b, a, b, a ...), so a cut-off keeps every group."""
+    return [item for row in zip_longest(*groups) for item in row if item is not None]
 
 
 class Pool:
@@ -74,6 +83,8 @@ class SetPrograms:
     def pooled(self, program: dspy.Module) -> "PooledProgram":
         """`program` (built on the first set's tools) with a program of its own on every other set, sharing its
         predictors: what an optimizer runs on the pooled train questions."""
+        # New programs, not self.programs: PooledProgram swaps their predictors for the shared ones, and the dev
+        # runs load each candidate's state into self.programs.
         others = {name: build_program("deep", self.config, *self.tools[name]) for name in self.programs}
         return PooledProgram({self.first: program, **others})
 
@@ -109,5 +120,10 @@ class PooledProgram(dspy.Module):
 
     @staticmethod
     def routed(examples: list[dspy.Example]) -> list[dspy.Example]:
-        """The examples with their set as an input, so the optimizer passes it to `forward`."""
-        return [e.with_inputs(*e.inputs().keys(), "trainset") for e in examples]
+        """The examples with their set as an input, so the optimizer passes it to `forward`, the sets in turn: an
+        optimizer that walks its train questions in order and stops once it has its demos (BootstrapFewShot) then
+        learns from every set, not from the first alone."""
+        by_set: dict[str, list[dspy.Example]] = {}
+        for example in examples:
+            by_set.setdefault(example.trainset, []).append(example.with_inputs(*example.inputs().keys(), "trainset"))
+        return in_turn(list(by_set.values()))

@@ -269,16 +269,19 @@ PROPOSER_REPLIES = {
 }
 
 
+@pytest.mark.parametrize("pooled", [False, True], ids=["one set", "two sets"])
 @pytest.mark.parametrize(("optimizer", "options"), [
     ("random-search", {"candidates": 1}),
     ("mipro", {"candidates": 2, "trials": 2, "minibatch": 1}),
     ("gepa", {"max_metric_calls": 6, "minibatch": 1}),
 ])
-def test_the_searching_optimizers_compile_end_to_end(trainset: Path, settings: Config, optimizer: str,
-                                                     options: dict[str, int], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_searching_optimizers_compile_end_to_end(trainset: Path, other: Path, settings: Config, optimizer: str,
+                                                     options: dict[str, int], pooled: bool,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compiling, "build_lm", lambda _config: DummyLM({**PROPOSER_REPLIES, **REPLIES},
                                                                        adapter=dspy.JSONAdapter()))
-    manifest = run(trainset, settings, optimizer, settings=options)
+    manifest = run(Path(f"{trainset},{other}") if pooled else trainset, settings, optimizer, settings=options)
     assert manifest.optimizer == optimizer and manifest.optimizer_settings["train"] > 0
     assert manifest.dev_before is not None and manifest.dev_after is not None
+    assert manifest.trainset == ("tiny+other" if pooled else "tiny")
     assert artifacts.load(settings.artifacts.path / f"tiny-{optimizer}", compiled_program(settings)).name == manifest.name

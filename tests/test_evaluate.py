@@ -152,6 +152,8 @@ def test_a_second_take_runs_every_question_again_and_is_reused_as_that_take(trai
     assert runs("second-again", "--take", "2") == (0, 2)  # take 2 resumes and is reused as take 2
     assert runs("first-once-more") == (0, 2)  # take 1 is untouched by take 2
     assert json.loads((tmp_path / "second" / "results.json").read_text())["title"].endswith(", take 2")
+    # a repeat adds no ledger line: the ledger holds the first take's measurement once
+    assert [e.questions for e in read(tmp_path / "artifacts" / "ledger.jsonl")] == [2]
 
 
 def test_a_set_named_twice_is_refused(trainset: Path, tmp_path: Path, scripted: list[DummyLM]) -> None:

@@ -96,6 +96,13 @@ def test_a_line_from_a_newer_version_is_skipped(tmp_path: Path) -> None:
     assert [item.artifact for item in read(ledger)] == ["old", "later"]
 
 
+def test_a_field_this_version_does_not_know_is_left_out(tmp_path: Path) -> None:
+    ledger = tmp_path / "artifacts" / LEDGER_FILE
+    ledger.parent.mkdir(parents=True)
+    ledger.write_text(json.dumps(asdict(entry(artifact="later")) | {"a_later_field": 1}) + "\n")
+    assert [item.artifact for item in read(ledger)] == ["later"]
+
+
 @pytest.fixture()
 def config(tmp_path: Path) -> Path:
     path = tmp_path / "dspy-rag.yaml"
@@ -151,7 +158,7 @@ def test_history_prints_a_table_per_lineage(config: Path, two_lineages: None) ->
     assert all(f"lineage {name}" in output for name in ("uncompiled", "v1", "w1"))
     assert "+0.150" in output and "+0.050" in output
     # each recompile's gain with its interval, and what the interval says
-    assert "[+0.010, +0.110] a gain" in output and "[-0.040, +0.150] noise" in output
+    assert "[+0.010, +0.110] a gain" in output and "[-0.040, +0.150] inside noise" in output
     rows = {row["artifact"]: row for lineage in json.loads(history(config, "--json").stdout)["lineages"]
             for row in lineage["rows"] if row["kind"] == "compile"}
     assert (rows["v2"]["gain_ci"], rows["v1"]["gain_ci"]) == ([0.01, 0.11], None)

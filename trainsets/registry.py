@@ -15,10 +15,10 @@ split, declared in YAML beside this module (or anywhere else, by path):
 """
 
 import hashlib
+from collections.abc import Sequence
 from contextlib import suppress
 from functools import cached_property
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any, Literal
 
 import yaml
@@ -225,13 +225,12 @@ def load_trainset(name_or_path: str) -> Trainset:
     return Trainset(definition, path.resolve())
 
 
-
 def trainset_names(given: str | Sequence[str]) -> list[str]:
     """The names or paths a repeatable option gives: repeated, or comma-separated in one value."""
     values = [given] if isinstance(given, str) else list(given)
     names = [name.strip() for value in values for name in value.split(",") if name.strip()]
     if not names:
-        raise UserError("no trainset is named; e.g. --trainset hotpotqa --trainset musique")
+        raise UserError("no trainset is named; name one or more, e.g. hotpotqa,musique")
     return names
 
 
