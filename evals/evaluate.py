@@ -443,15 +443,14 @@ def record(config: Config, trainset: Trainset, eval_set: EvalSet, measured: Meas
     def scores(column: Column) -> list[float]:
         return [weighted(r, weights) for r in measured.rows[column]]
 
-    results = summaries(measured.rows, columns, weights)
     for column in (c for c in columns if measured.new[c] and c.policy == "llm" and c.switch is None):
         new, uncompiled = measured.new[column], Column("deep", "none", column.model)
         beside = column.pipeline == "deep" and column != uncompiled and uncompiled in measured.rows
         append(ledger_path(config), LedgerEntry(
             kind="eval", artifact=ledger_name(column), parent=None,
             model=column.model, trainset=trainset.name, trainset_hash=trainset.content_hash, split="dev",
-            metric=describe(weights), score=results[column.label]["score"],
-            score_before=results[uncompiled.label]["score"] if beside else None,
+            metric=describe(weights), score=round(statistics.fmean(scores(column)), 4),
+            score_before=round(statistics.fmean(scores(uncompiled)), 4) if beside else None,
             questions=len(eval_set.questions), lm_calls=sum(r.lm_calls for r in new),
             tokens=sum(r.tokens for r in new), seconds=round(sum(r.seconds for r in new), 1),
             reused=measured.tally(column).reused,
