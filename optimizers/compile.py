@@ -7,6 +7,7 @@ at the very end: an interrupted compile leaves nothing) and one line is appended
 """
 
 import time
+from statistics import mean
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,12 +150,11 @@ class DevRuns:
         return score
 
 
-def gain_text(before: list[float], after: list[float]) -> str:
-    mean = sum(after) / len(after) - sum(before) / len(before)
-    if (interval := gain_interval(before, after)) is None:
-        return f"{mean:+.3f} (too few dev questions to tell a gain from noise)"
+def gain_text(gain: float, interval: list[float] | None) -> str:
+    if interval is None:
+        return f"{gain:+.3f} (too few dev questions to tell a gain from noise)"
     low, high = interval
-    return f"{mean:+.3f} (95% CI {low:+.3f} … {high:+.3f}: {verdict(low, high)})"
+    return f"{gain:+.3f} (95% CI {low:+.3f} … {high:+.3f}: {verdict(low, high)})"
 
 
 @dataclass
@@ -186,16 +186,16 @@ def optimize(program: dspy.Module, data: Splits, optimizer: Optimizer, settings:
     return Outcome(compiled, before, dev.scores(compiled, data.dev, metric), tracker.learned_from)
 
 
-def record(folder: Path, outcome: Outcome, manifest: artifacts.Manifest, config: Config, replace: bool) -> None:
+def record(folder: Path, outcome: Outcome, manifest: artifacts.Manifest, config: Config, replace: bool,
+           gain_ci: list[float] | None) -> None:
     """Save the artifact, then append its ledger line: a ledger line never names a missing artifact."""
     artifacts.save(folder, outcome.program, manifest, outcome.learned_from, replace=replace)
-    pairs = list(manifest.dev_scores.values())  # [before, after] per dev question
     append(config.artifacts.path / "ledger.jsonl", LedgerEntry(
         kind="compile", artifact=manifest.name, parent=manifest.parent, model=manifest.model,
         trainset=manifest.trainset, trainset_hash=manifest.trainset_hash, split="dev", metric=manifest.metric,
         score=manifest.dev_after or 0.0, score_before=manifest.dev_before, questions=manifest.dev_questions,
         optimizer=manifest.optimizer, lm_calls=manifest.lm_calls, tokens=manifest.tokens, seconds=manifest.seconds,
-        reused=manifest.dev_reused, gain_ci=gain_interval([b for b, _ in pairs], [a for _, a in pairs])))
+        reused=manifest.dev_reused, gain_ci=gain_ci))
 
 
 def compile_program(request: CompileRequest, config: Config, reporter: Reporter = QUIET) -> artifacts.Manifest:
@@ -249,10 +249,12 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
             seconds=round(time.perf_counter() - started, 1),
             dev_scores={pool.key(e): [round(b, 4), round(a, 4)] for e, b, a in zip(data.dev, before, after, strict=True)},
             dev_reused=dev.tally.reused)
-        record(folder, outcome, manifest, config, request.replace)
+        interval = gain_interval(before, after)
+        record(folder, outcome, manifest, config, request.replace, interval)
         tracked.metrics({"dev_before": manifest.dev_before, "dev_after": manifest.dev_after,
                          "lm_calls": manifest.lm_calls, "tokens": manifest.tokens, "seconds": manifest.seconds})
         reporter.say(f"dev ({len(data.dev)} questions) {manifest.dev_before:.3f} → {manifest.dev_after:.3f}, gain "
-            f"{gain_text(before, after)}; dev runs: {dev.tally.text()}; {manifest.lm_calls} LM calls, "
+            f"{gain_text(mean(after) - mean(before), interval)}; dev runs: {dev.tally.text()}; "
+            f"{manifest.lm_calls} LM calls, "
             f"{manifest.seconds:.0f} s; saved {folder}")
     return manifest

@@ -15,6 +15,7 @@ from dspy_rag import artifacts
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 from dspy_rag.evals.research_metric import ResearchMetric, example_of, gold_evidence
+from dspy_rag.evals.stats import gain_interval
 from dspy_rag.ledger import read
 from dspy_rag.optimizers import compile as compiling
 from dspy_rag.optimizers.pool import Pool
@@ -256,9 +257,12 @@ def test_compile_json_prints_the_saved_manifest_alone_on_stdout(trainset: Path, 
 
 
 def test_the_gain_is_called_a_gain_only_outside_noise() -> None:
-    assert "too few dev questions" in compiling.gain_text([0.2, 0.3], [0.9, 1.0])
-    assert compiling.gain_text([0.2] * 10, [0.9] * 10).endswith("a gain)")
-    assert compiling.gain_text([0.0, 1.0] * 5, [1.0, 0.0] * 5).endswith("inside noise)")
+    def text(before: list[float], after: list[float]) -> str:
+        return compiling.gain_text(sum(after) / len(after) - sum(before) / len(before), gain_interval(before, after))
+
+    assert "too few dev questions" in text([0.2, 0.3], [0.9, 1.0])
+    assert text([0.2] * 10, [0.9] * 10) == "+0.700 (95% CI +0.700 … +0.700: a gain)"
+    assert text([0.0, 1.0] * 5, [1.0, 0.0] * 5).endswith("inside noise)")
 
 
 # What MIPROv2's proposer and GEPA's reflection model write, keyed like REPLIES by an output field of their prompts.
