@@ -173,7 +173,8 @@ class RunStore:
         return json.loads(found[0])
 
     def put(self, key: str, context: RunContext, kind: str, question_id: str, payload: Any) -> None:
-        text = json.dumps(payload, ensure_ascii=False, default=str)
+        # Escaped, so half an emoji an LM wrote (a lone surrogate, which UTF-8 cannot hold) is kept as it was.
+        text = json.dumps(payload, default=str)
         now = time.time()
         replaced = self.db.execute("SELECT bytes FROM runs WHERE key = ?", (key,)).fetchone()
         self.db.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -123,6 +123,15 @@ def test_the_store_prunes_the_least_recently_used_runs_to_its_cap(tmp_path: Path
         assert smaller.payload_bytes() <= 3_000 and smaller.summary()["runs"] == 2
 
 
+def test_a_run_with_half_an_emoji_in_it_is_stored_and_read_back_as_it_was(tmp_path: Path) -> None:
+    context = run_store.RunContext("tiny", "m", "deep", "c")
+    payload = {"answer": "Google \ud83c, caf\u00e9 \U0001f3c0"}  # a lone surrogate, as json.loads gives "\\ud83c"
+    with RunStore(tmp_path / "runs.sqlite", 2**20) as store:
+        store.put(context.key("answer", "q"), context, "answer", "q", payload)
+    with RunStore(tmp_path / "runs.sqlite", 2**20) as store:
+        assert store.get(context.key("answer", "q")) == payload
+
+
 def test_runs_list_counts_by_set_model_and_program_and_prune_empties(tmp_path: Path) -> None:
     with RunStore(run_store.store_path(), 2**20) as store:
         fill(store, 3)
