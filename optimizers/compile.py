@@ -7,10 +7,10 @@ at the very end: an interrupted compile leaves nothing) and one line is appended
 """
 
 import time
-from statistics import mean
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import mean
 from typing import Any
 
 import dspy
@@ -255,6 +255,5 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
                          "lm_calls": manifest.lm_calls, "tokens": manifest.tokens, "seconds": manifest.seconds})
         reporter.say(f"dev ({len(data.dev)} questions) {manifest.dev_before:.3f} → {manifest.dev_after:.3f}, gain "
             f"{gain_text(mean(after) - mean(before), interval)}; dev runs: {dev.tally.text()}; "
-            f"{manifest.lm_calls} LM calls, "
-            f"{manifest.seconds:.0f} s; saved {folder}")
+            f"{manifest.lm_calls} LM calls, {manifest.seconds:.0f} s; saved {folder}")
     return manifest
