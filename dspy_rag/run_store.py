@@ -175,12 +175,12 @@ class RunStore:
     def put(self, key: str, context: RunContext, kind: str, question_id: str, payload: Any) -> None:
         # Escaped, so half an emoji an LM wrote (a lone surrogate, which UTF-8 cannot hold) is kept as it was.
         text = json.dumps(payload, default=str)
-        now = time.time()
+        size, now = len(text.encode()), time.time()
         replaced = self.db.execute("SELECT bytes FROM runs WHERE key = ?", (key,)).fetchone()
         self.db.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (key, kind, context.set_name, context.model, context.program, question_id, text,
-                         len(text.encode()), now, now))
-        self.size += len(text.encode()) - (replaced[0] if replaced else 0)
+                         size, now, now))
+        self.size += size - (replaced[0] if replaced else 0)
         if self.size > self.max_bytes:
             self.prune(self.max_bytes)
 
