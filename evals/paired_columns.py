@@ -1,0 +1,68 @@
+"""Two `eval` columns paired by question, each from its own results folder: per set and over all of them, each
+column's score (the compile metric's default weights) and F1, and the second column's gain over the first with
+95% paired bootstrap intervals, as `eval` shows a column beside its first one. For columns that ran in separate
+evals, where one eval could not reuse the other's runs.
+
+    python -m dspy_rag.evals.paired_columns evals/results/pooled-dev deep@qwen2.5-coder-0.5b \\
+        evals/results/pooled-dev-default deep+auto@qwen2.5-coder-0.5b
+"""
+
+import sys
+from pathlib import Path
+
+from dspy_rag.evals.evaluate import summary
+from dspy_rag.evals.research_metric import DEFAULT_WEIGHTS
+from dspy_rag.evals.rows import Row, cached_rows, weighted
+
+ALL = "all"
+
+
+def column_rows(folder: Path, column: str) -> dict[tuple[str, str], Row]:
+    """A column's rows in an eval folder, by (set, question id)."""
+    rows = cached_rows(folder / "rows.jsonl")
+    if not rows:
+        raise SystemExit(f"{folder}: no rows.jsonl with rows; give an `eval --out` folder")
+    found = {(s, question): row for (s, label, question), row in rows.items() if label == column}
+    if not found:
+        labels = ", ".join(sorted({label for _, label, _ in rows}))
+        raise SystemExit(f"{folder}: no column {column!r}; its columns are {labels}")
+    return found
+
+
+def paired(first: dict[tuple[str, str], Row], second: dict[tuple[str, str], Row]) -> list[tuple[Row, Row]]:
+    """The two columns' rows of each question, in the first column's order; both must hold the same questions."""
+    if missing := set(first) ^ set(second):
+        raise SystemExit(f"the columns differ in {len(missing)} question(s), e.g. {sorted(missing)[0]}; "
+                         "pair columns run on the same questions")
+    return [(row, second[key]) for key, row in first.items()]
+
+
+def gains_table(pairs: list[tuple[Row, Row]]) -> str:
+    """Per set, then over all sets: both columns' score and F1, and the second's gains with paired intervals."""
+    sets = list(dict.fromkeys(a.set for a, _ in pairs))
+    lines = ["| set | questions | score: first → second | score gain | F1: first → second | F1 gain "
+             "| up / down (score) | steps (mean) | tokens (median) |", "|---|---|---|---|---|---|---|---|---|"]
+    for name in [*sets, ALL] if len(sets) > 1 else sets:
+        chosen = [(a, b) for a, b in pairs if name in (ALL, a.set)]
+        first, second = [a for a, _ in chosen], [b for _, b in chosen]
+        before, after = summary(first, DEFAULT_WEIGHTS, None), summary(second, DEFAULT_WEIGHTS, first)
+        scores = [(weighted(a, DEFAULT_WEIGHTS), weighted(b, DEFAULT_WEIGHTS)) for a, b in chosen]
+        up, down = sum(b > a for a, b in scores), sum(b < a for a, b in scores)
+        lines.append(
+            f"| {name} | {len(chosen)} | {before['score']:.3f} → {after['score']:.3f} | "
+            f"{after['delta']:+.3f} {after['delta_ci']} | {before['f1']:.3f} → {after['f1']:.3f} | "
+            f"{after['f1_delta']:+.3f} {after['f1_delta_ci']} | {up} / {down} | "
+            f"{before['mean_steps']:.2f} → {after['mean_steps']:.2f} | "
+            f"{before['median_tokens']:,.0f} → {after['median_tokens']:,.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 4:
+        raise SystemExit("usage: python -m dspy_rag.evals.paired_columns FOLDER COLUMN FOLDER COLUMN")
+    first, second = column_rows(Path(argv[0]), argv[1]), column_rows(Path(argv[2]), argv[3])
+    print(gains_table(paired(first, second)), end="")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

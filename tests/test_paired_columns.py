@@ -1,0 +1,47 @@
+"""Two eval columns from separate results folders, paired by question: gains per set and over all sets."""
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from dspy_rag.evals.paired_columns import column_rows, gains_table, paired
+from dspy_rag.evals.rows import Row
+
+
+def row(set_name: str, column: str, question: str, f1: float) -> Row:
+    return Row(set_name, column, question, "q?", "gold", "answer", f1, f1, f1, 1.0, 1.0, 5, 1000, 20.0, 18.0, 1, None)
+
+
+def folder_with(path: Path, rows: list[Row]) -> Path:
+    path.mkdir()
+    (path / "rows.jsonl").write_text("".join(json.dumps(asdict(r)) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_questions_pair_by_set_and_id_whatever_order_each_eval_ran_them(tmp_path: Path) -> None:
+    ids = [f"q{n}" for n in range(10)]
+    first = folder_with(tmp_path / "a", [row("s", "deep@m", q, 0.0) for q in ids] +
+                        [row("t", "deep@m", q, 0.5) for q in ids] + [row("s", "other@m", "q0", 1.0)])
+    # The second column got every question of set s right and left set t as it was, in reverse order.
+    second = folder_with(tmp_path / "b", [row("t", "deep+auto@m", q, 0.5) for q in reversed(ids)] +
+                         [row("s", "deep+auto@m", q, 1.0) for q in reversed(ids)])
+    lines = gains_table(paired(column_rows(first, "deep@m"), column_rows(second, "deep+auto@m"))).splitlines()
+    by_set = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in lines[2:]}
+    assert set(by_set) == {"s", "t", "all"} and lines[2].startswith("| s |")
+    assert by_set["s"][1:5] == ["10", "0.400 → 1.000", "+0.600 [+0.600, +0.600]", "0.000 → 1.000"]
+    assert by_set["s"][6] == "10 / 0"
+    assert by_set["t"][3] == "+0.000 [+0.000, +0.000]" and by_set["t"][6] == "0 / 0"
+    assert by_set["all"][1:3] == ["20", "0.550 → 0.850"]
+
+
+def test_columns_over_different_questions_or_a_missing_column_say_what_is_wrong(tmp_path: Path) -> None:
+    first = folder_with(tmp_path / "a", [row("s", "deep@m", "q1", 1.0), row("s", "deep@m", "q2", 1.0)])
+    second = folder_with(tmp_path / "b", [row("s", "deep@m", "q1", 1.0)])
+    with pytest.raises(SystemExit, match=r"differ in 1 question\(s\), e.g. \('s', 'q2'\)"):
+        paired(column_rows(first, "deep@m"), column_rows(second, "deep@m"))
+    with pytest.raises(SystemExit, match="no column 'plain@m'; its columns are deep@m"):
+        column_rows(first, "plain@m")
+    with pytest.raises(SystemExit, match="no rows.jsonl with rows"):
+        column_rows(tmp_path, "deep@m")
