@@ -164,6 +164,7 @@ class Outcome:
     before: list[float]
     after: list[float]
     learned_from: list[dict[str, Any]]
+    candidates: list[dict[str, Any]]  # what a searching optimizer scored, e.g. each demo draw's validation score
 
 
 def optimize(program: dspy.Module, data: Splits, optimizer: Optimizer, settings: dict[str, Any],
@@ -183,7 +184,8 @@ def optimize(program: dspy.Module, data: Splits, optimizer: Optimizer, settings:
     if isinstance(compiled, PooledProgram):
         compiled = compiled.first()
     tracker.start("after", f"dev after ({len(data.dev)})", len(data.dev))
-    return Outcome(compiled, before, dev.scores(compiled, data.dev, metric), tracker.learned_from)
+    return Outcome(compiled, before, dev.scores(compiled, data.dev, metric), tracker.learned_from,
+                   getattr(teleprompter, "candidates", []))
 
 
 def record(folder: Path, outcome: Outcome, manifest: artifacts.Manifest, config: Config, replace: bool,
@@ -243,7 +245,8 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
             metric=metric.name, weights=metric.weights, dev_questions=len(data.dev),
             dev_before=round(sum(before) / len(before), 4), dev_after=round(sum(after) / len(after), 4),
             teacher=request.teacher,
-            optimizer_settings={**settings, "threshold": request.threshold, "train": len(data.train), "val": len(data.val)},
+            optimizer_settings={**settings, "threshold": request.threshold, "train": len(data.train), "val": len(data.val),
+                                **({"candidates": outcome.candidates} if outcome.candidates else {})},
             parent=request.parent and parent.name, lm_calls=sum(u["lm_calls"] for u in usage),
             tokens=sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage),
             seconds=round(time.perf_counter() - started, 1),

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import dspy
-from dspy.teleprompt import GEPA, BootstrapFewShot, BootstrapFewShotWithRandomSearch, LabeledFewShot, MIPROv2
+from dspy.teleprompt import (GEPA, BootstrapFewShot, BootstrapFewShotWithRandomSearch, LabeledFewShot, MIPROv2,
+                             Teleprompter)
 
 from dspy_rag.errors import UserError
 from dspy_rag.evals.research_metric import ResearchMetric
@@ -45,18 +46,47 @@ class LabeledPerModule(LabeledFewShot):
     (docs/design/compile.md). Stratified, the demos cover the answer kinds and trainsets in turn (demo_sampling.py);
     else they are a plain seeded sample."""
 
-    def __init__(self, k: int = 16, stratify: bool = True) -> None:
+    def __init__(self, k: int = 16, stratify: bool = True, seed: int = 0) -> None:
         super().__init__(k=k)
         self.stratify = stratify
+        self.seed = seed
 
     def compile(self, student: dspy.Module, *, trainset: list[dspy.Example], sample: bool = True) -> dspy.Module:
         self.student = student.reset_copy()
-        rng = random.Random(0)
+        rng = random.Random(self.seed)
         for predictor in self.student.predictors():
             labeled = [e for e in trainset if labels_all_outputs(e, predictor)]
             predictor.demos = (stratified_sample(labeled, self.k, rng) if self.stratify
                                else rng.sample(labeled, min(self.k, len(labeled))))
         return self.student
+
+
+class LabeledSearch(Teleprompter):
+    """Several seeded draws of `LabeledPerModule` demos, each scored on the first `val` validation examples (the
+    sets in turn, `PooledProgram.routed`); the best-scoring draw is kept, ties going to the earlier seed.
+    `candidates` lists each draw's seed and validation score."""
+
+    def __init__(self, metric: ResearchMetric, k: int, stratify: bool, draws: int, val: int) -> None:
+        super().__init__()
+        self.metric, self.k, self.stratify, self.draws, self.val = metric, k, stratify, draws, val
+        self.candidates: list[dict[str, Any]] = []
+
+    def compile(self, student: dspy.Module, *, trainset: list[dspy.Example],
+                valset: list[dspy.Example] | None = None) -> dspy.Module:
+        if not valset:
+            raise UserError("labeled-search scores its draws on validation questions kept aside from the train "
+                            "split; give it a trainset with at least 4 train questions")
+        scored = dspy.Evaluate(devset=valset[:self.val], metric=self.metric, num_threads=1, display_progress=False,
+                               max_errors=len(valset), provide_traceback=False)
+        best: tuple[float, dspy.Module] | None = None
+        for seed in range(self.draws):
+            program = LabeledPerModule(self.k, self.stratify, seed).compile(student, trainset=trainset)
+            score = scored(program).score / 100
+            self.candidates.append({"seed": seed, "validation": round(score, 4)})
+            if best is None or score > best[0]:
+                best = (score, program)
+        assert best is not None, "draws is at least 1"
+        return best[1]
 
 
 def _teacher(teacher: dspy.LM | None) -> dict[str, Any]:
@@ -65,6 +95,10 @@ def _teacher(teacher: dspy.LM | None) -> dict[str, Any]:
 
 def _labeled(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm: dspy.LM) -> Any:
     return LabeledPerModule(k=s["k"], stratify=s["stratify"])
+
+
+def _labeled_search(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm: dspy.LM) -> Any:
+    return LabeledSearch(metric, s["k"], s["stratify"], max(1, s["draws"]), max(1, s["val"]))
 
 
 def _bootstrap(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm: dspy.LM) -> Any:
@@ -91,6 +125,8 @@ def _gepa(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm
 
 OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
     Optimizer("labeled", {"k": 3, "stratify": True}, _labeled, lambda train, val, s: 0),
+    Optimizer("labeled-search", {"k": 3, "stratify": True, "draws": 3, "val": 24}, _labeled_search,
+              lambda train, val, s: s["draws"] * min(val, s["val"]), needs_valset=True),
     Optimizer("bootstrap", {"demos": 2, "labeled": 0, "max_errors": 5}, _bootstrap,
               lambda train, val, s: train),
     Optimizer("random-search", {"demos": 2, "labeled": 0, "candidates": 2, "max_errors": 5}, _random_search,

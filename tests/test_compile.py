@@ -19,7 +19,7 @@ from dspy_rag.evals.stats import gain_interval
 from dspy_rag.ledger import read
 from dspy_rag.optimizers import compile as compiling
 from dspy_rag.optimizers.pool import Pool
-from dspy_rag.optimizers.teleprompters import OPTIMIZERS, LabeledPerModule
+from dspy_rag.optimizers.teleprompters import OPTIMIZERS, LabeledPerModule, LabeledSearch
 from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
 from dspy_rag.trainsets.formats import Question
 from dspy_rag.trainsets.registry import load_trainset
@@ -91,6 +91,46 @@ def test_labeled_few_shot_makes_no_lm_calls_to_optimize(trainset: Path, settings
     assert [s["sub_question"] for s in state["planner.predict"]["demos"][0]["steps"]] == ["What was Data Center revenue?"]
 
 
+class FirstDemo(dspy.Module):
+    """Answers every question with its one predictor's first demo: a program whose score depends on its demos
+    alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.predict = dspy.Predict("question -> short_answer")
+
+    def forward(self, question: str) -> dspy.Prediction:
+        return dspy.Prediction(short_answer=self.predict.demos[0].short_answer if self.predict.demos else "")
+
+
+def test_labeled_search_keeps_the_draw_that_scores_best_on_validation() -> None:
+    train = [dspy.Example(question=f"q{n}", short_answer=f"a{n}").with_inputs("question") for n in range(8)]
+    demo = {seed: LabeledPerModule(1, False, seed).compile(FirstDemo(), trainset=train).predict.demos[0].short_answer
+            for seed in range(4)}
+    assert len(set(demo.values())) > 1  # the seeds draw different demos
+    wanted = demo[2]
+    val = [dspy.Example(question="v", short_answer=wanted).with_inputs("question")]
+    search = LabeledSearch(lambda example, prediction, trace=None: float(prediction.short_answer == example.short_answer),
+                           k=1, stratify=False, draws=4, val=1)
+    kept = search.compile(FirstDemo(), trainset=train, valset=val)
+    assert kept.predict.demos[0].short_answer == wanted
+    assert [c["seed"] for c in search.candidates] == [0, 1, 2, 3]
+    assert [c["validation"] for c in search.candidates] == [float(demo[s] == wanted) for s in range(4)]
+    best = next(c["seed"] for c in search.candidates if c["validation"] == 1.0)
+    assert demo[best] == wanted  # the first draw that scored best, the earlier seed winning a tie
+    with pytest.raises(UserError, match="validation questions"):
+        search.compile(FirstDemo(), trainset=train, valset=[])
+
+
+def test_labeled_search_records_each_draws_validation_score(trainset: Path, settings: Config,
+                                                            scripted: list[DummyLM]) -> None:
+    manifest = run(trainset, settings, "labeled-search", settings={"draws": 2})
+    # the tiny set's four train questions: every 4th (q1) is kept aside to score the draws on
+    assert (manifest.optimizer_settings["train"], manifest.optimizer_settings["val"]) == (3, 1)
+    assert [c["seed"] for c in manifest.optimizer_settings["candidates"]] == [0, 1]
+    assert all(0.0 <= c["validation"] <= 1.0 for c in manifest.optimizer_settings["candidates"])
+
+
 def test_a_recompile_starts_from_its_parent(trainset: Path, settings: Config, scripted: list[DummyLM]) -> None:
     first = run(trainset, settings, "labeled")
     manifest = run(trainset, settings, "bootstrap", parent="tiny-labeled")
@@ -129,7 +169,7 @@ def test_an_existing_name_is_refused_before_any_work(trainset: Path, settings: C
 
 
 def test_unknown_optimizer_and_setting_are_one_line_errors(trainset: Path, settings: Config) -> None:
-    with pytest.raises(UserError, match="choose labeled, bootstrap, random-search, mipro, gepa"):
+    with pytest.raises(UserError, match="choose labeled, labeled-search, bootstrap, random-search, mipro, gepa"):
         run(trainset, settings, "simba")
     with pytest.raises(UserError, match="no setting"):
         run(trainset, settings, "bootstrap", settings={"temperature": 2})
