@@ -19,7 +19,7 @@ ENV_PREFIX = "DSPY_RAG_"
 # The cores this process may run on (a container can allow fewer than the machine has): the embedder's and
 # the reranker's threads.
 CORES = len(os.sched_getaffinity(0))
-NON_CONFIG_ENV = frozenset({"DSPY_RAG_CONFIG", "DSPY_RAG_DEBUG", "DSPY_RAG_CACHE"})
+NON_CONFIG_ENV = frozenset({"DSPY_RAG_CONFIG", "DSPY_RAG_DEBUG", "DSPY_RAG_CACHE", "DSPY_RAG_RUNS"})
 
 
 class Section(BaseModel):

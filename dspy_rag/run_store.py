@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import sqlite3
 import time
 from dataclasses import asdict, dataclass, is_dataclass
@@ -21,6 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dspy_rag import paths
 from dspy_rag.config import Config
 from dspy_rag.files import cache_root
 
@@ -137,6 +139,9 @@ class Tally:
 
 
 def store_path() -> Path:
+    """$DSPY_RAG_RUNS, else runs.sqlite in the cache: a second checkout or a test run keeps its runs apart."""
+    if named := os.environ.get("DSPY_RAG_RUNS"):
+        return paths.named(Path(named), "DSPY_RAG_RUNS")
     return cache_root() / STORE_FILE
 
 

@@ -25,7 +25,6 @@ from unittest.mock import patch
 
 import pytest
 
-from dspy_rag import run_store
 from dspy_rag.config import Config, load_config
 from dspy_rag.index import Index
 from dspy_rag.trainsets import locations
@@ -85,7 +84,7 @@ def tenk_filing(shared_data: Path) -> Path:
 def user_environment(env: dict[str, str] | None = None) -> dict[str, str]:
     """A user's environment: this one without the developer's DSPY_RAG_* or provider keys, plus `env`."""
     clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("DSPY_RAG_", "OPENAI_")) or k == "DSPY_RAG_CACHE"}
+             if not k.startswith(("DSPY_RAG_", "OPENAI_")) or k in ("DSPY_RAG_CACHE", "DSPY_RAG_RUNS")}
     return {**clean, **(env or {})}
 
 
@@ -141,8 +140,9 @@ stored runs."""
         if name.startswith("DSPY_RAG_") and name != "DSPY_RAG_CACHE" or name == "MLFLOW_TRACKING_URI":
             monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)
-    # Each test's runs in a store of its own: a run stored by one test would otherwise be reused by the next.
-    monkeypatch.setattr(run_store, "store_path", lambda: tmp_path / "runs.sqlite")
+    # Each test's runs in a store of its own, the `dspy-rag` it starts included: a run stored by one test (or by
+    # the developer) would otherwise be reused by the next.
+    monkeypatch.setenv("DSPY_RAG_RUNS", str(tmp_path / "runs.sqlite"))
 
 
 def free_port() -> int:

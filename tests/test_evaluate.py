@@ -277,7 +277,7 @@ def test_a_repair_column_runs_again_only_the_questions_with_something_to_repair(
                "Question:\n": {"short_answer": "forty two flying elephants"}}  # no passage states it: flagged
     monkeypatch.setattr(models, "build_lm", lambda _config: DummyLM(uncited, adapter=dspy.JSONAdapter()))
     # another scripted model under the same name: a store of its own, or the first one's runs would be reused
-    monkeypatch.setattr(run_store, "store_path", lambda: tmp_path / "other-runs.sqlite")
+    monkeypatch.setenv("DSPY_RAG_RUNS", str(tmp_path / "other-runs.sqlite"))
     result = eval_cli(trainset, tmp_path / "out2", "--with", "repair")
     assert result.exit_code == 0, result.output
     assert repair_calls(tmp_path / "out2") == {"deep@qwen2.5-coder-0.5b": [0, 0],

@@ -16,7 +16,8 @@ import pytest
 from dspy.utils import DummyLM
 from typer.testing import CliRunner
 
-from conftest import CALLS_PER_RUN, REPLIES, FakeLM, invoke, scratch_config, scripted_lms, start_cli
+from conftest import (CALLS_PER_RUN, REPLIES, FakeLM, assert_one_line_error, invoke, run_cli, scratch_config,
+                      scripted_lms, start_cli)
 from dspy_rag import models, run_store
 from dspy_rag.cli import app
 from dspy_rag.config import Config
@@ -132,6 +133,25 @@ def test_a_run_with_half_an_emoji_in_it_is_stored_and_read_back_as_it_was(tmp_pa
         assert store.get(context.key("answer", "q")) == payload
 
 
+def test_a_dspy_rag_process_keeps_its_runs_where_dspy_rag_runs_says(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere" / "runs.sqlite"
+    with RunStore(elsewhere, 2**20) as store:
+        fill(store, 2)
+    listed = run_cli("runs", "list", "--json", cwd=tmp_path, env={"DSPY_RAG_RUNS": str(elsewhere)})
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)["runs"] == 2
+    # a test's own `dspy-rag` gets the test's store, not the developer's
+    assert json.loads(run_cli("runs", "list", "--json", cwd=tmp_path).stdout)["runs"] == 0
+    assert (tmp_path / "runs.sqlite").exists()
+    assert_one_line_error(invoke_with_runs("x" * 300), "DSPY_RAG_RUNS", "shorter name")
+
+
+def invoke_with_runs(path: str) -> Any:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DSPY_RAG_RUNS", path)
+        return invoke("runs", "list")
+
+
 def test_runs_list_counts_by_set_model_and_program_and_prune_empties(tmp_path: Path) -> None:
     with RunStore(run_store.store_path(), 2**20) as store:
         fill(store, 3)
@@ -218,7 +238,7 @@ def test_an_eval_killed_mid_run_resumes_from_the_store(trainset: Path, tmp_path:
     env = {**fake_lm.env, "DSPY_RAG_CACHE": str(tmp_path / "cache"), "DSPY_RAG_RETRIEVAL_RERANKER": "none"}
     args = ("eval", "--questions", str(trainset), "--out", str(tmp_path / "out"))
     fake_lm.delay = 0.3  # each question takes seconds: the kill comes while the second one runs
-    store = tmp_path / "cache" / "runs.sqlite"
+    store = tmp_path / "runs.sqlite"  # the test's own ($DSPY_RAG_RUNS, conftest)
     running = start_cli(*args, cwd=tmp_path, env=env)
     deadline = time.monotonic() + 300
     while stored_runs_count(store) < 1:
