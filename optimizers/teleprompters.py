@@ -62,13 +62,13 @@ class LabeledPerModule(LabeledFewShot):
 
 
 class LabeledSearch(Teleprompter):
-    """Several seeded draws of `LabeledPerModule` demos, each scored on the first `val` validation examples (the
-    sets in turn, `PooledProgram.routed`); the best-scoring draw is kept, ties going to the earlier seed.
-    `candidates` lists each draw's seed and validation score."""
+    """Several seeded draws of `LabeledPerModule` demos, each scored on the first `validation` examples of the
+    validation split (the sets in turn, `PooledProgram.routed`); the best-scoring draw is kept, ties going to the
+    earlier seed. `candidates` lists each draw's seed and validation score."""
 
-    def __init__(self, metric: ResearchMetric, k: int, stratify: bool, draws: int, val: int) -> None:
+    def __init__(self, metric: ResearchMetric, k: int, stratify: bool, draws: int, validation: int) -> None:
         super().__init__()
-        self.metric, self.k, self.stratify, self.draws, self.val = metric, k, stratify, draws, val
+        self.metric, self.k, self.stratify, self.draws, self.validation = metric, k, stratify, draws, validation
         self.candidates: list[dict[str, Any]] = []
 
     def compile(self, student: dspy.Module, *, trainset: list[dspy.Example],
@@ -76,7 +76,7 @@ class LabeledSearch(Teleprompter):
         if not valset:
             raise UserError("labeled-search scores its draws on validation questions kept aside from the train "
                             "split; give it a trainset with at least 4 train questions")
-        scored = dspy.Evaluate(devset=valset[:self.val], metric=self.metric, num_threads=1, display_progress=False,
+        scored = dspy.Evaluate(devset=valset[:self.validation], metric=self.metric, num_threads=1, display_progress=False,
                                max_errors=len(valset), provide_traceback=False)
         best: tuple[float, dspy.Module] | None = None
         for seed in range(self.draws):
@@ -98,7 +98,7 @@ def _labeled(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None,
 
 
 def _labeled_search(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm: dspy.LM) -> Any:
-    return LabeledSearch(metric, s["k"], s["stratify"], max(1, s["draws"]), max(1, s["val"]))
+    return LabeledSearch(metric, s["k"], s["stratify"], max(1, s["draws"]), max(1, s["validation"]))
 
 
 def _bootstrap(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm: dspy.LM) -> Any:
@@ -125,8 +125,8 @@ def _gepa(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm
 
 OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
     Optimizer("labeled", {"k": 3, "stratify": True}, _labeled, lambda train, val, s: 0),
-    Optimizer("labeled-search", {"k": 3, "stratify": True, "draws": 3, "val": 24}, _labeled_search,
-              lambda train, val, s: s["draws"] * min(val, s["val"]), needs_valset=True),
+    Optimizer("labeled-search", {"k": 3, "stratify": True, "draws": 3, "validation": 24},
+              _labeled_search, lambda train, val, s: s["draws"] * min(val, s["validation"]), needs_valset=True),
     Optimizer("bootstrap", {"demos": 2, "labeled": 0, "max_errors": 5}, _bootstrap,
               lambda train, val, s: train),
     Optimizer("random-search", {"demos": 2, "labeled": 0, "candidates": 2, "max_errors": 5}, _random_search,

@@ -111,7 +111,7 @@ def test_labeled_search_keeps_the_draw_that_scores_best_on_validation() -> None:
     wanted = demo[2]
     val = [dspy.Example(question="v", short_answer=wanted).with_inputs("question")]
     search = LabeledSearch(lambda example, prediction, trace=None: float(prediction.short_answer == example.short_answer),
-                           k=1, stratify=False, draws=4, val=1)
+                           k=1, stratify=False, draws=4, validation=1)
     kept = search.compile(FirstDemo(), trainset=train, valset=val)
     assert kept.predict.demos[0].short_answer == wanted
     assert [c["seed"] for c in search.candidates] == [0, 1, 2, 3]
@@ -126,7 +126,8 @@ def test_labeled_search_records_each_draws_validation_score(trainset: Path, sett
                                                             scripted: list[DummyLM]) -> None:
     manifest = run(trainset, settings, "labeled-search", settings={"draws": 2})
     # the tiny set's four train questions: every 4th (q1) is kept aside to score the draws on
-    assert (manifest.optimizer_settings["train"], manifest.optimizer_settings["val"]) == (3, 1)
+    settings_kept = manifest.optimizer_settings
+    assert (settings_kept["train"], settings_kept["val"], settings_kept["validation"]) == (3, 1, 24)
     assert [c["seed"] for c in manifest.optimizer_settings["candidates"]] == [0, 1]
     assert all(0.0 <= c["validation"] <= 1.0 for c in manifest.optimizer_settings["candidates"])
 
