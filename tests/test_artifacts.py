@@ -77,8 +77,16 @@ def test_the_shipped_default_loads_into_the_current_program(tenk_index: Index) -
     # A signature change that the shipped artifact no longer matches would break every default `ask`.
     program = DeepResearch(Retriever(tenk_index, top_k=10))
     info = artifacts.load(artifacts.SHIPPED / "deep-qwen2.5-coder-0.5b", program)
-    assert info.model == "local/qwen2.5-coder-0.5b" and info.dev_after > info.dev_before
-    # Compiled for the synthesizer of an older program: its demos now show the short answer its passages.
+    assert info.model == "local/qwen2.5-coder-0.5b"
+    assert program.synthesizer.short_answer.predict.demos and program.planner.predict.demos
+    assert program.synthesizer.short_answer.predict.signature.instructions == AnswerBriefly.instructions
+
+
+@pytest.mark.slow
+def test_an_artifact_compiled_for_an_older_synthesizer_loads_as_short_answer_demos(tenk_index: Index) -> None:
+    program = DeepResearch(Retriever(tenk_index, top_k=10))
+    artifacts.load(artifacts.SHIPPED / "hotpotqa-labeled", program)
+    # Its demos showed the one synthesizer the cited answer; they now show the short answer its passages.
     demos = program.synthesizer.short_answer.predict.demos
     assert demos and all(set(d) == {"question", "passages", "short_answer"} and d["passages"][0].startswith("[1] ")
                          for d in demos)

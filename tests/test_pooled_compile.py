@@ -17,6 +17,7 @@ from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 from dspy_rag.ledger import read
 from dspy_rag.optimizers import compile as compiling
+from dspy_rag.optimizers.answer_kinds import answer_kind
 from dspy_rag.optimizers.teleprompters import OPTIMIZERS, settings_for
 from dspy_rag.trainsets.registry import load_trainset
 
@@ -67,8 +68,22 @@ def test_one_set_keeps_its_own_name_and_hash_and_old_manifests_load(trainset: Pa
     assert (manifest.trainset, manifest.trainset_hash) == ("tiny", tiny.content_hash)
     assert manifest.trainsets == [{"name": "tiny", "hash": tiny.content_hash}]
     assert set(manifest.dev_scores) == {"q5", "q6"}
-    shipped = artifacts.read_manifest(artifacts.SHIPPED / "deep-qwen2.5-coder-0.5b")  # compiled before pooling
-    assert shipped.trainset == "hotpotqa" and shipped.trainsets == []
+    older = artifacts.read_manifest(artifacts.SHIPPED / "hotpotqa-labeled")  # compiled before pooling
+    assert older.trainset == "hotpotqa" and older.trainsets == []
+
+
+def test_the_shipped_default_is_the_best_validated_draw_on_every_sets_pooled_train_split() -> None:
+    shipped = artifacts.SHIPPED / "deep-qwen2.5-coder-0.5b"
+    manifest = artifacts.read_manifest(shipped)
+    sets = ("hotpotqa", "musique", "multihop-rag", "nvidia-10k")
+    # Each set's hash is its content now: a trainset edited since would call for a recompile.
+    assert manifest.trainsets == [{"name": name, "hash": load_trainset(name).content_hash} for name in sets]
+    assert manifest.optimizer == "labeled-search" and manifest.optimizer_settings.get("stratify") is True
+    scores = [c["validation"] for c in manifest.optimizer_settings["candidates"]]
+    assert len(scores) == manifest.optimizer_settings["draws"] > 1
+    demos = json.loads((shipped / "program.json").read_text())["synthesizer.short_answer.predict"]["demos"]
+    assert {demo["trainset"] for demo in demos} >= {"multihop-rag"}
+    assert {answer_kind(demo["short_answer"]) for demo in demos} >= {"yes/no", "name", "figure"}
 
 
 def test_an_optimizer_that_runs_the_program_researches_each_train_question_on_its_own_set(
