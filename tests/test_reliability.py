@@ -388,7 +388,7 @@ def test_a_recompile_stopped_midway_leaves_artifact_and_ledger_as_they_were(
     before = tree(folder)
     fake_lm.hold_after = len(fake_lm.requests) + 10  # in the dev run before optimizing
     process = start_cli(*recompiling, cwd=workspace,
-                        env={**fake_lm.env, "DSPY_RAG_CACHE": str(workspace / "other-cache")})
+                        env={**fake_lm.env, "DSPY_RAG_RUNS": str(workspace / "other-runs.sqlite")})
     wait_for(lambda: len(fake_lm.requests) > fake_lm.hold_after, "the compile waits for the LM", process)
     stopped(process, signum)
     assert tree(folder) == before and sorted(os.listdir(folder)) == [".ledger.jsonl.lock", "ledger.jsonl", "tiny"]
