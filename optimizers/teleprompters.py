@@ -76,8 +76,8 @@ class LabeledSearch(Teleprompter):
         if not valset:
             raise UserError("labeled-search scores its draws on validation questions kept aside from the train "
                             "split; give it a trainset with at least 4 train questions")
-        scored = dspy.Evaluate(devset=valset[:self.validation], metric=self.metric, num_threads=1, display_progress=False,
-                               max_errors=len(valset), provide_traceback=False)
+        scored = dspy.Evaluate(devset=valset[:self.validation], metric=self.metric, num_threads=1,
+                               display_progress=False, max_errors=len(valset), provide_traceback=False)
         best: tuple[float, dspy.Module] | None = None
         for seed in range(self.draws):
             program = LabeledPerModule(self.k, self.stratify, seed).compile(student, trainset=trainset)

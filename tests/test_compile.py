@@ -110,8 +110,10 @@ def test_labeled_search_keeps_the_draw_that_scores_best_on_validation() -> None:
     assert len(set(demo.values())) > 1  # the seeds draw different demos
     wanted = demo[2]
     val = [dspy.Example(question="v", short_answer=wanted).with_inputs("question")]
-    search = LabeledSearch(lambda example, prediction, trace=None: float(prediction.short_answer == example.short_answer),
-                           k=1, stratify=False, draws=4, validation=1)
+    def same(example: dspy.Example, prediction: dspy.Prediction, trace: object = None) -> float:
+        return float(prediction.short_answer == example.short_answer)
+
+    search = LabeledSearch(same, k=1, stratify=False, draws=4, validation=1)
     kept = search.compile(FirstDemo(), trainset=train, valset=val)
     assert kept.predict.demos[0].short_answer == wanted
     assert [c["seed"] for c in search.candidates] == [0, 1, 2, 3]
@@ -126,10 +128,10 @@ def test_labeled_search_records_each_draws_validation_score(trainset: Path, sett
                                                             scripted: list[DummyLM]) -> None:
     manifest = run(trainset, settings, "labeled-search", settings={"draws": 2})
     # the tiny set's four train questions: every 4th (q1) is kept aside to score the draws on
-    settings_kept = manifest.optimizer_settings
-    assert (settings_kept["train"], settings_kept["val"], settings_kept["validation"]) == (3, 1, 24)
-    assert [c["seed"] for c in manifest.optimizer_settings["candidates"]] == [0, 1]
-    assert all(0.0 <= c["validation"] <= 1.0 for c in manifest.optimizer_settings["candidates"])
+    kept = manifest.optimizer_settings
+    assert (kept["train"], kept["val"], kept["validation"]) == (3, 1, 24)
+    assert [c["seed"] for c in kept["candidates"]] == [0, 1]
+    assert all(0.0 <= c["validation"] <= 1.0 for c in kept["candidates"])
 
 
 def test_a_recompile_starts_from_its_parent(trainset: Path, settings: Config, scripted: list[DummyLM]) -> None:

@@ -11,7 +11,7 @@ from dspy.utils import DummyLM
 from typer.testing import CliRunner
 
 from conftest import REPLIES, assert_one_line_error, invoke, scripted_lms
-from dspy_rag import models, run_store
+from dspy_rag import models
 from dspy_rag.cli import app
 from dspy_rag.evals import evaluate, stored_runs
 from dspy_rag.evals.rows import Row
