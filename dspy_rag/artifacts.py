@@ -24,7 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from dspy_rag import paths
 from dspy_rag.errors import UserError
-from dspy_rag.files import shipped_artifacts, write_atomic
+from dspy_rag.files import json_bytes, shipped_artifacts, write_atomic
 
 FORMAT = "dspy-rag-artifact"
 ARTIFACT_VERSION = 1
@@ -86,7 +86,7 @@ def save(folder: Path, program: dspy.Module, manifest: Manifest, trajectories: l
     """Write the artifact atomically: a complete folder appears at `folder`, or nothing changes."""
     if folder.exists() and not replace:
         raise UserError(f"artifact {folder} exists; choose another --name or pass --replace")
-    state = json.dumps(dspy_state(program), ensure_ascii=False, indent=1).encode("utf-8")
+    state = json_bytes(dspy_state(program), indent=1)
     manifest.state_sha256 = hashlib.sha256(state).hexdigest()
     manifest.created = manifest.created or datetime.now(UTC).isoformat(timespec="seconds")
     manifest.trajectories = len(trajectories)
@@ -95,7 +95,7 @@ def save(folder: Path, program: dspy.Module, manifest: Manifest, trajectories: l
     try:
         write_atomic(staging / STATE_FILE, state)
         write_atomic(staging / TRAJECTORIES_FILE,
-                     "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in trajectories).encode("utf-8"))
+                     b"".join(json_bytes(t) + b"\n" for t in trajectories))
         write_atomic(staging / MANIFEST_FILE, json.dumps(asdict(manifest), indent=1).encode("utf-8"))
         if folder.exists():  # --replace: the old folder moves aside only once the new one is complete
             retired = folder.with_name(f".{folder.name}.retired")

@@ -94,9 +94,14 @@ def word_overlap(sentence: str, text: str) -> float | None:
 
 def answer_overlap(answer: str, text: str) -> float | None:
     """Share of a short answer's words (stopwords aside; numbers and short names kept, "42" or "EU") that the
-    text holds; None when it has none."""
+    text holds; None when it has none, and 0 when the text lacks one of its figures ("$15.01 billion" is not held
+    by a text saying "$26.97 billion")."""
     words = set(_squash(answer).split()) - _STOPWORDS
-    return len(words & set(_squash(text).split())) / len(words) if words else None
+    if not words:
+        return None
+    if not _numbers(answer) <= _numbers(text):
+        return 0.0
+    return len(words & set(_squash(text).split())) / len(words)
 
 
 # Words that say where a value comes from ("According to acme-10k.md (the user's documents), it is ...") rather than what

@@ -153,7 +153,7 @@ class GuardConfig(Section):
     """Which guards stand over the deep program's LM modules (pipelines/guards.py); each is on by default."""
 
     web_routing: bool = Field(True, description="send a step to the web when the question asks for newer facts")
-    repeated_step: bool = Field(True, description="skip a revised plan's step already researched word for word")
+    repeated_step: bool = Field(True, description="skip a step already researched or already in the plan, word for word")
     query_guard: bool = Field(True, description="search the sub-question when the rewritten query copies a "
                               "finding or shares no word with it")
     keep_going: bool = Field(True, description="go on, without a policy call, when a remaining step builds on "

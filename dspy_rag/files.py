@@ -54,5 +54,11 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def json_bytes(value: Any, indent: int | None = None) -> bytes:
+    """JSON as UTF-8, readable text kept as is; half an emoji an LM wrote (a lone surrogate, which UTF-8 cannot
+    hold) is written as its JSON escape and so reads back as it was."""
+    return json.dumps(value, ensure_ascii=False, indent=indent).encode("utf-8", "backslashreplace")
+
+
 def write_json_atomic(path: Path, value: Any) -> None:
-    write_atomic(path, json.dumps(value, ensure_ascii=False, indent=1).encode("utf-8"))
+    write_atomic(path, json_bytes(value, indent=1))

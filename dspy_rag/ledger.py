@@ -15,6 +15,7 @@ from typing import Literal
 from filelock import FileLock
 
 from dspy_rag.config import Config
+from dspy_rag.files import json_bytes
 
 LEDGER_VERSION = 1
 LEDGER_FILE = "ledger.jsonl"
@@ -41,6 +42,8 @@ class LedgerEntry:
     reused: int = 0  # of the questions, those whose runs came from the run store, not run for this measurement
     gain_ci: list[float] | None = None  # 95% paired bootstrap interval of score - score_before, same questions
     time: str = ""  # ISO-8601 UTC, filled in by append when empty
+    # the run store's code version of the runs scored: scores of other code are not compared ("" before it was kept)
+    code_version: str = ""
     version: int = LEDGER_VERSION
 
 
@@ -51,7 +54,7 @@ def ledger_path(config: Config) -> Path:
 def append(path: Path, entry: LedgerEntry) -> None:
     """Add one entry as one line, safely beside other writers and after a writer that crashed mid-line."""
     stamped = replace(entry, time=entry.time or datetime.now(UTC).isoformat(timespec="seconds"))
-    line = (json.dumps(asdict(stamped), ensure_ascii=False) + "\n").encode("utf-8")
+    line = json_bytes(asdict(stamped)) + b"\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(path.with_name(f".{path.name}.lock")):
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)

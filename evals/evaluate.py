@@ -46,9 +46,9 @@ from dspy_rag.evals.rows import summarize as summarize_answers
 from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, bootstrap_ci, gain_interval, paired_delta_ci
 from dspy_rag.evals.stored_runs import AnswerRuns, StoredRun
 from dspy_rag.files import write_atomic, write_json_atomic
-from dspy_rag.ledger import LedgerEntry, append, ledger_path
+from dspy_rag.ledger import LedgerEntry, append, ledger_path, read
 from dspy_rag.reporter import QUIET, Reporter
-from dspy_rag.run_store import RunStore, Tally, run_context
+from dspy_rag.run_store import RunStore, Tally, code_version, run_context
 from dspy_rag.tracking import mlflow_run
 from dspy_rag.trainsets.registry import SEPARATOR, Trainset, load_trainsets
 
@@ -434,19 +434,22 @@ def title_of(eval_sets: Sequence[EvalSet], metric: str) -> str:
 
 def record(config: Config, trainset: Trainset, eval_set: EvalSet, measured: Measured, columns: list[Column],
            weights: dict[str, float]) -> None:
-    """One ledger line per column that ran questions of this set now (so `history` keeps one lineage per set).
-    The ledger follows prompts across recompiles; a column that only swaps the stopping policy is no new
-    program, and one whose every run was reused is no new measurement. Costs are those of the runs made now.
-    A compiled column measured beside the uncompiled program carries the paired interval of its gain over it."""
+    """One ledger line per column and set (so `history` keeps one lineage per set). The ledger follows prompts
+    across recompiles, so a column that only swaps the stopping policy is no new program. A column whose every run
+    was reused writes its line only when the ledger lacks that measurement (its runs were made by a compile's dev
+    scoring or another set's eval), marked as reused. Costs are those of the runs made now. A compiled column
+    measured beside the uncompiled program carries the paired interval of its gain over it."""
     from dspy_rag.evals.research_metric import describe
 
     def scores(column: Column) -> list[float]:
         return [weighted(r, weights) for r in measured.rows[column]]
 
-    for column in (c for c in columns if measured.new[c] and c.policy == "llm" and c.switch is None):
+    path = ledger_path(config)
+    known = {measurement(e) for e in read(path)}
+    for column in (c for c in columns if c.policy == "llm" and c.switch is None):
         new, uncompiled = measured.new[column], Column("deep", "none", column.model)
         beside = column.pipeline == "deep" and column != uncompiled and uncompiled in measured.rows
-        append(ledger_path(config), LedgerEntry(
+        entry = LedgerEntry(
             kind="eval", artifact=ledger_name(column), parent=None,
             model=column.model, trainset=trainset.name, trainset_hash=trainset.content_hash, split="dev",
             metric=describe(weights), score=round(statistics.fmean(scores(column)), 4),
@@ -454,4 +457,13 @@ def record(config: Config, trainset: Trainset, eval_set: EvalSet, measured: Meas
             questions=len(eval_set.questions), lm_calls=sum(r.lm_calls for r in new),
             tokens=sum(r.tokens for r in new), seconds=round(sum(r.seconds for r in new), 1),
             reused=measured.tally(column).reused,
-            gain_ci=gain_interval(scores(uncompiled), scores(column)) if beside else None))
+            gain_ci=gain_interval(scores(uncompiled), scores(column)) if beside else None,
+            code_version=code_version())
+        if new or measurement(entry) not in known:
+            append(path, entry)
+
+
+def measurement(entry: LedgerEntry) -> tuple[Any, ...]:
+    """What a ledger line measured, less what it cost: two lines alike here are one measurement."""
+    return (entry.kind, entry.artifact, entry.model, entry.trainset, entry.trainset_hash, entry.metric,
+            entry.questions, entry.code_version, entry.score, entry.score_before, tuple(entry.gain_ci or ()))

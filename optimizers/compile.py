@@ -30,7 +30,7 @@ from dspy_rag.optimizers.teleprompters import OPTIMIZERS, Optimizer, settings_fo
 from dspy_rag.pipelines.programs import build_program
 from dspy_rag.reporter import QUIET, Bars, Reporter
 from dspy_rag.retrieval import Retriever
-from dspy_rag.run_store import RunStore, Tally, run_context
+from dspy_rag.run_store import RunStore, Tally, code_version, run_context
 from dspy_rag.tracking import mlflow_run
 
 # Measured on the dev sets (eval): the deep program with the LM policy makes 8-10 calls a question.
@@ -197,7 +197,7 @@ def record(folder: Path, outcome: Outcome, manifest: artifacts.Manifest, config:
         trainset=manifest.trainset, trainset_hash=manifest.trainset_hash, split="dev", metric=manifest.metric,
         score=manifest.dev_after or 0.0, score_before=manifest.dev_before, questions=manifest.dev_questions,
         optimizer=manifest.optimizer, lm_calls=manifest.lm_calls, tokens=manifest.tokens, seconds=manifest.seconds,
-        reused=manifest.dev_reused, gain_ci=gain_ci))
+        reused=manifest.dev_reused, gain_ci=gain_ci, code_version=code_version()))
 
 
 def compile_program(request: CompileRequest, config: Config, reporter: Reporter = QUIET) -> artifacts.Manifest:

@@ -2,7 +2,7 @@
 
 A lineage is the chain artifact → parent → parent ... up to a root compiled from the uncompiled program.
 Each row is measured against its parent's own compile score and against the uncompiled program, but only
-where both scores were measured alike: on the same model, trainset, split, metric and number of questions.
+where both scores were measured alike: on the same model, trainset, split, metric, number of questions and code.
 """
 
 import io
@@ -42,9 +42,10 @@ class Row:
 
 
 def measured_alike(a: LedgerEntry, b: LedgerEntry) -> bool:
-    """Same model, data, split, metric and number of questions: a score on 1 question says nothing next to 8."""
-    return (a.model, a.trainset, a.split, a.metric, a.questions) == (b.model, b.trainset, b.split, b.metric,
-                                                                      b.questions)
+    """Same model, data, split, metric, number of questions and code: a score on 1 question says nothing next to
+    8, and the same prompts run by other code are another program."""
+    return (a.model, a.trainset, a.split, a.metric, a.questions, a.code_version) == (
+        b.model, b.trainset, b.split, b.metric, b.questions, b.code_version)
 
 
 def latest(entries: list[LedgerEntry], like: LedgerEntry, kind: str,
@@ -110,9 +111,14 @@ def cells(row: Row) -> list[str]:
     """A row as the lineage table shows it, under TEXT_COLUMNS then FIGURE_COLUMNS."""
     entry = row.entry
     return [str(row.generation), entry.kind, entry.artifact or UNCOMPILED, entry.model, entry.trainset,
-            entry.optimizer or "-", str(entry.questions), score_text(entry.score_before), score_text(entry.score),
+            entry.optimizer or "-", questions_text(entry), score_text(entry.score_before), score_text(entry.score),
             score_text(row.delta_parent, signed=True), score_text(row.delta_uncompiled, signed=True),
             interval_text(entry.gain_ci)]
+
+
+def questions_text(entry: LedgerEntry) -> str:
+    """The number of questions, and how many of their runs were reused from the run store rather than made."""
+    return f"{entry.questions} ({entry.reused} reused)" if entry.reused else str(entry.questions)
 
 
 def interval_text(interval: list[float] | None) -> str:

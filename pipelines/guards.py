@@ -8,7 +8,7 @@ firing into the trajectory as it happens, and `dspy-rag eval --without GUARD` me
 column of its own on the same questions.
 
 - web_routing: a plan that keeps to the documents when the question asks for what is newer than them.
-- repeated_step: a revised plan that researches a step already done, word for word.
+- repeated_step: a plan that researches a step already done, or one of its own steps again, word for word.
 - query_guard: a rewritten query that copies an earlier finding or leaves its sub-question behind.
 - keep_going: a stop (FINISH or REVISE) before a step no finding so far can stand in for; decided before the
   policy is asked, so a forced step costs no policy call.
@@ -58,16 +58,43 @@ def routed_to_web(question: str, steps: list[Step]) -> tuple[list[Step], list[Fi
 def without_steps_done(steps: list[Step], done: list[StepRecord]) -> tuple[list[Step], list[str | None], list[Fired]]:
     """repeated_step: a revised plan without the leading steps already researched in the same words (after a
     REVISE the local models re-planned the same first step), with their answers kept for the plan's "the answer
-    of step N". Its last step always stays: a plan that is all repeats asks to search again."""
-    by_wording = {record.sub_question.strip().lower(): record for record in done}
+    of step N". Its last step always stays: a plan that is all repeats asks to search again. Then the plan
+    without its own repeats (see `without_repeats`)."""
+    by_wording = {wording(record.sub_question): record for record in done}
     answers: list[str | None] = []
     fired: list[Fired] = []
-    while len(steps) > 1 and (repeated := by_wording.get(steps[0].sub_question.strip().lower())):
+    while len(steps) > 1 and (repeated := by_wording.get(wording(steps[0].sub_question))):
         steps = steps[1:]
         answers.append(answer_in(repeated.finding, repeated.sub_question))
         fired.append(Fired("repeated_step", f"a planned step: {repeated.sub_question}", "skipped it",
                            f"step {repeated.index + 1} researched it in the same words"))
-    return steps, answers, fired
+    steps, repeats = without_repeats(steps, len(answers))
+    return steps, answers, fired + repeats
+
+
+def wording(sub_question: str) -> str:
+    return " ".join(sub_question.split()).lower()
+
+
+def without_repeats(steps: list[Step], done: int) -> tuple[list[Step], list[Fired]]:
+    """The plan's steps (numbered from `done` + 1) with each step that asks an earlier one's question in the same
+    words of the same source dropped (the 0.5B planner writes a one-hop question two to four times; the web, then
+    the documents, is no repeat), and "the answer of step N" renumbered: to the kept step's new number, or to the
+    step a dropped repeat repeated."""
+    kept: list[Step] = []
+    first: dict[tuple[str, str], int] = {}  # (tool, wording) -> its number in the kept plan
+    numbers = {n: n for n in range(1, done + 1)}  # plan number -> kept number
+    fired: list[Fired] = []
+    for number, step in enumerate(steps, start=done + 1):
+        asked = (step.tool, wording(step.sub_question))
+        if (earlier := first.get(asked)) is not None:
+            numbers[number] = earlier
+            fired.append(Fired("repeated_step", f"a planned step: {step.sub_question}", "skipped it",
+                               f"step {earlier} of the plan asks it in the same words"))
+            continue
+        kept.append(step)
+        numbers[number] = first[asked] = done + len(kept)
+    return ([step.renumbered(numbers) for step in kept] if fired else kept), fired
 
 
 COPIED_CHARS = 40  # a query holding a finding's first 40 characters, or opening with 40 of one, copied it

@@ -32,12 +32,13 @@ class Planner(dspy.Module):
             for fired in routed:
                 run.guarded(fired)
         record = run.trajectory
-        record.plans.append([s.model_dump() for s in steps])
-        verb = "plan" if len(record.plans) == 1 else "revised plan"
-        run.event("plan", f"{verb}: " + " | ".join(f"{s.sub_question} ({s.tool})" for s in steps))
         answers: list[str | None] = []
         if self.guards.repeated_step:
             steps, answers, skipped = without_steps_done(steps, record.steps)
             for fired in skipped:
                 run.guarded(fired)
+        # The plan as it will be researched: its length is what the policy's features count.
+        record.plans.append([s.model_dump() for s in steps])
+        verb = "plan" if len(record.plans) == 1 else "revised plan"
+        run.event("plan", f"{verb}: " + " | ".join(f"{s.sub_question} ({s.tool})" for s in steps))
         return dspy.Prediction(steps=steps, answers=answers)

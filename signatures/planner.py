@@ -23,6 +23,14 @@ class Step(BaseModel):
         made before it can have answered."""
         return bool(EARLIER_ANSWER.search(self.sub_question))
 
+    def renumbered(self, numbers: dict[int, int]) -> "Step":
+        """This step with each reference to an earlier step's answer pointing at `numbers[N]` instead of step N."""
+        def renumber(match: re.Match[str]) -> str:
+            number = int(match.group(1) or match.group(2))
+            new = numbers.get(number, number)
+            return match.group(0).replace(str(number), str(new)) if new != number else match.group(0)
+        return self.model_copy(update={"sub_question": EARLIER_ANSWER.sub(renumber, self.sub_question)})
+
     def resolved(self, answers: list[str | None]) -> "Step":
         """This step with each reference to an earlier step's answer replaced by that answer, when known.
         The local models copy "the answer of step 1" into the search query instead of the name it stands for."""

@@ -4,6 +4,7 @@ import pytest
 
 from dspy_rag.citations import (
     Citation,
+    answer_overlap,
     check_citations,
     citation_validity,
     number_passages,
@@ -106,3 +107,14 @@ def test_a_sentence_restates_a_finding_when_most_of_its_words_are_in_it(sentence
 def test_a_marker_goes_before_the_full_stop() -> None:
     assert with_marker("Revenue rose.", 3) == "Revenue rose [3]."
     assert with_marker("Revenue rose", 3) == "Revenue rose [3]"
+
+
+@pytest.mark.parametrize(("answer", "text", "share"), [
+    ("$15.01 billion", "Data Center revenue was $15.01 billion, up 41%.", 1.0),
+    ("$15.01 billion", "Total revenue was $26.97 billion.", 0.0),  # "billion" alone does not hold the figure
+    ("15,010 million", "revenue of 15,010 million", 1.0),
+    ("Jensen Huang", "Jensen founded the company.", 0.5),
+    ("the", "the", None),
+])
+def test_a_text_holds_a_short_answer_only_with_all_its_figures(answer: str, text: str, share: float | None) -> None:
+    assert answer_overlap(answer, text) == share

@@ -13,7 +13,7 @@ from dspy_rag import reranker as reranking
 from dspy_rag.config import BudgetConfig, GuardConfig, RoleConfig
 from dspy_rag.index import Index
 from dspy_rag.pipelines.deep import DeepResearch
-from dspy_rag.pipelines.guards import query_for, routed_to_web
+from dspy_rag.pipelines.guards import query_for, routed_to_web, without_steps_done
 from dspy_rag.pipelines.step_answer import answer_in
 from dspy_rag.pipelines.synthesizer import cited_from
 from dspy_rag.pipelines.trajectory import TRAJECTORY_VERSION
@@ -189,6 +189,35 @@ def test_a_revised_plan_does_not_research_its_first_step_again(tenk_index: Index
     unguarded = run(tenk_index, [*replies[:-3], *step("segment operating income"), decide("CONTINUE"),
                                  *replies[-3:]], guards=GuardConfig(repeated_step=False))[0].trajectory
     assert [s.sub_question for s in unguarded.steps][:2] == ["Which segment earned the most?"] * 2
+
+
+def test_a_plan_asking_a_step_again_keeps_it_once_and_renumbers_its_references() -> None:
+    def planned(*sub_questions: str) -> list[Step]:
+        return [Step(sub_question=q, tool="search_docs") for q in sub_questions]
+
+    steps, answers, fired = without_steps_done(planned(
+        "Who founded NVIDIA?", "who founded  NVIDIA?", "Where was the answer of step 2 born?",
+        "When did #3 move?"), [])
+    assert [s.sub_question for s in steps] == ["Who founded NVIDIA?", "Where was the answer of step 1 born?",
+                                               "When did #2 move?"]
+    assert answers == [] and [f.why for f in fired] == ["step 1 of the plan asks it in the same words"]
+    unchanged = planned("Who founded NVIDIA?", "Where was the answer of step 1 born?")
+    assert without_steps_done(unchanged, [])[0] == unchanged
+    web_then_docs = [Step(sub_question="Data Center revenue?", tool=tool) for tool in ("search_web", "search_docs")]
+    assert without_steps_done(web_then_docs, [])[0] == web_then_docs  # another source is no repeat
+
+
+@pytest.mark.slow
+def test_a_plan_of_one_question_written_four_times_researches_it_once(tenk_index: Index) -> None:
+    asked = "What was Data Center revenue in fiscal 2023?"
+    replies = [plan(asked, asked, asked, asked), *step(), decide("FINISH"), synthesize()]
+    trajectory = run(tenk_index, replies)[0].trajectory
+    assert [s.sub_question for s in trajectory.steps] == [asked] and len(trajectory.plans[0]) == 1
+    assert [g["why"] for g in trajectory.guards] == ["step 1 of the plan asks it in the same words"] * 3
+    # with the guard off, the plan policy researches every copy
+    unguarded = run(tenk_index, [plan(asked, asked), *step(), *step(), synthesize()], policy="plan",
+                    guards=GuardConfig(repeated_step=False))[0].trajectory
+    assert [s.sub_question for s in unguarded.steps] == [asked, asked]
 
 
 @pytest.mark.slow

@@ -25,6 +25,17 @@ def test_write_json_atomic_round_trips(tmp_path: Path) -> None:
     assert "Données" in path.read_text(encoding="utf-8"), "written as UTF-8, not \\u escapes"
 
 
+def test_half_an_emoji_is_written_as_its_escape_and_reads_back_as_it_was(tmp_path: Path) -> None:
+    from dspy_rag.ledger import LedgerEntry, append, read
+
+    torn = "caf\u00e9 \ud83d"  # an LM's reply cut in the middle of an emoji: a lone surrogate
+    write_json_atomic(tmp_path / "out.json", {"answer": torn})
+    assert json.loads((tmp_path / "out.json").read_text(encoding="utf-8")) == {"answer": torn}
+    assert "café" in (tmp_path / "out.json").read_text(encoding="utf-8")  # readable text stays unescaped
+    append(tmp_path / "ledger.jsonl", LedgerEntry("eval", torn, None, "m", "t", "h", "dev", "f1", 0.5, None, 2))
+    assert [e.artifact for e in read(tmp_path / "ledger.jsonl")] == [torn]
+
+
 @pytest.mark.parametrize("error", [OSError("disk full"), KeyboardInterrupt()], ids=["oserror", "interrupt"])
 def test_failed_write_keeps_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
     path = tmp_path / "state.json"
