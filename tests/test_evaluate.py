@@ -18,6 +18,7 @@ from dspy_rag.evals.rows import Row
 from dspy_rag.ledger import read
 from dspy_rag.pipelines.baseline import BaselineRAG
 from dspy_rag.pipelines.lm_calls import Unparseable
+from dspy_rag.run_store import code_version
 
 
 @pytest.fixture()
@@ -115,6 +116,14 @@ def test_several_sets_pool_into_one_table_beside_a_table_per_set(trainset: Path,
     assert json.loads(again.stdout)["runs"] == report["runs"] | {"run": 0, "reused": 6, "columns": {
         label: {"run": 0, "reused": 3} for label in report["columns"]}}
     assert len(read(tmp_path / "artifacts" / "ledger.jsonl")) == 4
+    # a ledger that lacks the measurement gets it once, its runs counted as reused and costing nothing
+    (tmp_path / "artifacts" / "ledger.jsonl").unlink()
+    for _ in range(2):
+        assert CliRunner().invoke(app, asked).exit_code == 0
+    written = read(tmp_path / "artifacts" / "ledger.jsonl")
+    assert [(e.trainset, e.artifact, e.reused, e.lm_calls) for e in written] == [
+        ("tiny", "baseline", 2, 0), ("tiny", None, 2, 0), ("other", "baseline", 1, 0), ("other", None, 1, 0)]
+    assert {e.code_version for e in written} == {code_version()}
 
 
 def test_a_compiled_column_beside_the_uncompiled_program_records_its_gain_with_an_interval(tmp_path: Path) -> None:

@@ -21,11 +21,11 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def entry(kind: str = "compile", artifact: str | None = "v1", parent: str | None = None, score: float = 0.5,
           score_before: float | None = 0.4, model: str = MODEL, questions: int = 12,
-          gain_ci: list[float] | None = None) -> LedgerEntry:
+          gain_ci: list[float] | None = None, code_version: str = "", reused: int = 0) -> LedgerEntry:
     return LedgerEntry(kind=kind, artifact=artifact, parent=parent, model=model, trainset="nvidia-10k",
                        trainset_hash="abc123", split="dev", metric="weighted(f1=0.6,evidence=0.2,citations=0.2)",
                        score=score, score_before=score_before, questions=questions, optimizer="bootstrap",
-                       gain_ci=gain_ci)
+                       gain_ci=gain_ci, code_version=code_version, reused=reused)
 
 
 def test_entries_round_trip_with_the_time_filled_in(tmp_path: Path) -> None:
@@ -208,3 +208,15 @@ def test_scores_on_different_numbers_of_questions_are_not_compared(config: Path,
     rows = {lineage["lineage"]: lineage["rows"] for lineage in json.loads(history(config, "--json").stdout)["lineages"]}
     # the 8-question eval is not this 1-question compile's yardstick; its own starting score is
     assert rows["small"][0]["delta_uncompiled"] == pytest.approx(0.05)
+
+
+def test_scores_of_other_code_are_not_compared_and_reused_runs_are_shown(config: Path, tmp_path: Path) -> None:
+    ledger = tmp_path / "artifacts" / LEDGER_FILE
+    append(ledger, entry(kind="eval", artifact=None, score=0.33, score_before=None, code_version="old"))
+    append(ledger, entry(kind="eval", artifact="v1", score=0.64, score_before=None, code_version="new"))
+    append(ledger, entry(kind="eval", artifact=None, score=0.59, score_before=None, code_version="new", reused=12))
+    report = json.loads(history(config, "--json").stdout)
+    rows = {lineage["lineage"]: lineage["rows"] for lineage in report["lineages"]}
+    # the newer eval of the uncompiled program on the same code, not the older one of other code
+    assert rows["v1"][0]["delta_uncompiled"] == pytest.approx(0.05)
+    assert "12 (12 reused)" in history(config).stdout
