@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dspy_rag import paths
+from dspy_rag import artifacts, paths
 from dspy_rag.config import Config, GuardConfig, RoleConfig
 from dspy_rag.errors import UserError
 from dspy_rag.evals.ragas_bridge import HEADERS, Judge, RagasInputs, cell, ragas_scores, summarize
@@ -50,7 +50,7 @@ from dspy_rag.ledger import LedgerEntry, append, ledger_path, read
 from dspy_rag.reporter import QUIET, Reporter
 from dspy_rag.run_store import RunStore, Tally, code_version, run_context
 from dspy_rag.tracking import mlflow_run
-from dspy_rag.trainsets.registry import SEPARATOR, Trainset, load_trainsets
+from dspy_rag.trainsets.registry import SEPARATOR, Trainset, load_trainsets, pooled_hash
 
 if TYPE_CHECKING:
     import dspy
@@ -109,11 +109,15 @@ def mlflow_key(label: str) -> str:
     return re.sub(r"[^\w./ -]", "_", label)
 
 
-def ledger_name(column: Column) -> str | None:
+def ledger_name(column: Column, artifacts_dir: Path) -> str | None:
     """The baseline and the plain yardstick are lineages of their own in `history`; the uncompiled deep program
-    is None. An ablation is no lineage (the ledger follows prompts)."""
+    is None, and `auto` is the artifact it loads for the column's model (None where the model has none). An
+    ablation is no lineage (the ledger follows prompts)."""
     if column.pipeline != "deep":
         return column.pipeline
+    if column.artifact == "auto":
+        folder = artifacts.chosen("auto", artifacts_dir, column.model)
+        return folder.name if folder else None
     return None if column.artifact == "none" else column.artifact
 
 
@@ -408,7 +412,11 @@ def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str]
                              for c in measured.fresh() for metric in LOGGED})
     if take == 1:  # a repeat is the noise of a measurement the ledger has, not a new one
         for trainset, eval_set, one in zip(trainsets, eval_sets, by_set, strict=True):
-            record(config, trainset, eval_set, one, columns, weights)
+            record(config, Measurement(trainset.name, trainset.content_hash, len(eval_set.questions)), one, columns,
+                   weights)
+        if len(trainsets) > 1:  # the pooled figure too, as a compile on the pooled sets measures it
+            record(config, Measurement(name, pooled_hash(trainsets), sum(len(s.questions) for s in eval_sets),
+                                       pooled=True), measured, columns, weights)
     return report
 
 
@@ -432,9 +440,20 @@ def title_of(eval_sets: Sequence[EvalSet], metric: str) -> str:
             f"questions{counts}, metric {metric}")
 
 
-def record(config: Config, trainset: Trainset, eval_set: EvalSet, measured: Measured, columns: list[Column],
+@dataclass(frozen=True)
+class Measurement:
+    """What a ledger line's score was measured on: a set, or several pooled (`pooled`: the runs are those of the
+    sets' own lines, so the pooled line counts them as reused and costs nothing)."""
+
+    trainset: str
+    trainset_hash: str
+    questions: int
+    pooled: bool = False
+
+
+def record(config: Config, on: Measurement, measured: Measured, columns: list[Column],
            weights: dict[str, float]) -> None:
-    """One ledger line per column and set (so `history` keeps one lineage per set). The ledger follows prompts
+    """One ledger line per column and set, and per column on the pooled sets. The ledger follows prompts
     across recompiles, so a column that only swaps the stopping policy is no new program. A column whose every run
     was reused writes its line only when the ledger lacks that measurement (its runs were made by a compile's dev
     scoring or another set's eval), marked as reused. Costs are those of the runs made now. A compiled column
@@ -447,16 +466,16 @@ def record(config: Config, trainset: Trainset, eval_set: EvalSet, measured: Meas
     path = ledger_path(config)
     known = {measurement(e) for e in read(path)}
     for column in (c for c in columns if c.policy == "llm" and c.switch is None):
-        new, uncompiled = measured.new[column], Column("deep", "none", column.model)
+        new, uncompiled = [] if on.pooled else measured.new[column], Column("deep", "none", column.model)
         beside = column.pipeline == "deep" and column != uncompiled and uncompiled in measured.rows
         entry = LedgerEntry(
-            kind="eval", artifact=ledger_name(column), parent=None,
-            model=column.model, trainset=trainset.name, trainset_hash=trainset.content_hash, split="dev",
+            kind="eval", artifact=ledger_name(column, config.artifacts.path), parent=None,
+            model=column.model, trainset=on.trainset, trainset_hash=on.trainset_hash, split="dev",
             metric=describe(weights), score=round(statistics.fmean(scores(column)), 4),
             score_before=round(statistics.fmean(scores(uncompiled)), 4) if beside else None,
-            questions=len(eval_set.questions), lm_calls=sum(r.lm_calls for r in new),
+            questions=on.questions, lm_calls=sum(r.lm_calls for r in new),
             tokens=sum(r.tokens for r in new), seconds=round(sum(r.seconds for r in new), 1),
-            reused=measured.tally(column).reused,
+            reused=on.questions if on.pooled else measured.tally(column).reused,
             gain_ci=gain_interval(scores(uncompiled), scores(column)) if beside else None,
             code_version=code_version())
         if new or measurement(entry) not in known:

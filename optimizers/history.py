@@ -64,15 +64,23 @@ def ancestry(artifact: str | None, parents: dict[str, str | None]) -> list[str]:
 
 
 def lineages(entries: list[LedgerEntry]) -> dict[str, list[Row]]:
-    """Rows in ledger order, grouped by the root of their chain (`uncompiled` for the uncompiled program)."""
-    parents = {e.artifact: e.parent for e in entries if e.kind == "compile" and e.artifact is not None}
+    """Rows in ledger order, grouped by the root of their chain (`uncompiled` for the uncompiled program). A name
+    compiled again is another program from then on: a root compiled under a name it had before starts a lineage of
+    its own ("NAME #2"), and a row joins the program its artifact named when the row was written."""
+    parents: dict[str, str | None] = {}
+    editions: dict[str, int] = {}  # compiles so far under each name
     grouped: dict[str, list[Row]] = {}
     for index, entry in enumerate(entries):
+        if entry.kind == "compile" and entry.artifact is not None:
+            parents[entry.artifact] = entry.parent
+            editions[entry.artifact] = editions.get(entry.artifact, 0) + 1
         chain = ancestry(entry.artifact, parents)
         # A parent or root compile counts only if it came first: a reused name may since mean another program.
         so_far = entries[: index + 1]
         uncompiled = score_of_uncompiled(entry, so_far, entries) if chain else None
-        grouped.setdefault(chain[-1] if chain else UNCOMPILED, []).append(
+        root = chain[-1] if chain else UNCOMPILED
+        edition = editions.get(root, 1)
+        grouped.setdefault(root if edition == 1 else f"{root} #{edition}", []).append(
             Row(entry, len(chain), score_of_parent(entry, so_far), uncompiled))
     return grouped
 
@@ -157,7 +165,11 @@ def plot(grouped: dict[str, list[Row]], path: Path) -> None:
         if bars := gain_bars(grouped[name]):  # each compile's score as far as its gain's interval reaches
             x, y, below, above = zip(*bars, strict=True)
             axes.errorbar(x, y, yerr=[below, above], fmt="none", ecolor=line.get_color(), capsize=4)
-    axes.set(xlabel="recompile (0 = uncompiled)", ylabel="score (bars: 95% interval of each compile's gain)")
+        if bars := gain_bars(grouped[name], "eval"):  # its evals beside the uncompiled program, on their sets
+            x, y, below, above = zip(*bars, strict=True)
+            axes.errorbar(x, y, yerr=[below, above], fmt="s", color=line.get_color(), capsize=4, alpha=0.6,
+                          label=f"{name}: evals beside the uncompiled program")
+    axes.set(xlabel="recompile (0 = uncompiled)", ylabel="score (bars: 95% interval of each gain)")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.legend(title="lineage")
     image = io.BytesIO()
@@ -175,13 +187,14 @@ def compile_points(rows: list[Row]) -> list[tuple[int, float]]:
     return start + [(row.generation, row.entry.score) for row in compiles]
 
 
-def gain_bars(rows: list[Row]) -> list[tuple[int, float, float, float]]:
-    """(recompile number, score, reach below, reach above) of a lineage's compiles whose gain over the program
-    they started from has an interval: the score that interval allows, given the starting score."""
+def gain_bars(rows: list[Row], kind: str = "compile") -> list[tuple[int, float, float, float]]:
+    """(recompile number, score, reach below, reach above) of a lineage's compiles (or evals) whose gain over the
+    program they started from (an eval: the uncompiled program beside it) has an interval: the score that interval
+    allows, given the starting score."""
     bars = []
     for row in rows:
         entry = row.entry
-        if entry.kind == "compile" and entry.gain_ci and entry.score_before is not None:
+        if entry.kind == kind and entry.gain_ci and entry.score_before is not None:
             gain = entry.score - entry.score_before
             bars.append((row.generation, entry.score, max(gain - entry.gain_ci[0], 0.0),
                          max(entry.gain_ci[1] - gain, 0.0)))

@@ -1,7 +1,6 @@
 """The trainsets one compile is fit on: their train splits pooled for the optimizer and their dev splits for the
 score, each question tagged with its own set, so each of its runs retrieves from that set's index and web snapshot."""
 
-import hashlib
 from collections.abc import Sequence
 from functools import reduce
 from itertools import zip_longest
@@ -15,7 +14,7 @@ from dspy_rag.errors import UserError
 from dspy_rag.evals.research_metric import example_of
 from dspy_rag.index import Index
 from dspy_rag.pipelines.programs import build_program
-from dspy_rag.trainsets.registry import SEPARATOR, Part, Trainset, load_trainsets
+from dspy_rag.trainsets.registry import SEPARATOR, Part, Trainset, load_trainsets, pooled_hash
 from dspy_rag.web import WebSearch
 
 T = TypeVar("T")
@@ -43,10 +42,7 @@ class Pool:
 
     @property
     def content_hash(self) -> str:
-        """The one set's hash, or a hash of every set's name and hash: what the pooled program was fit on."""
-        if len(self.sets) == 1:
-            return self.sets[0].content_hash
-        return hashlib.sha256(" ".join(f"{s.name}:{s.content_hash}" for s in self.sets).encode()).hexdigest()[:16]
+        return pooled_hash(self.sets)
 
     def record(self) -> list[dict[str, str]]:
         """Every set by name and content hash, for the artifact's manifest."""

@@ -109,26 +109,29 @@ def test_several_sets_pool_into_one_table_beside_a_table_per_set(trainset: Path,
     shown = (out / "report.md").read_text()
     assert all(title in shown for title in ("# tiny+other dev, 3", "# tiny dev, 2", "# other dev, 1"))
     assert "other dev, 1 questions" in result.stdout
-    # one ledger line per set and column, so `history` keeps each set's lineage; asked again, all is reused
-    lines = [(e.trainset, e.artifact, e.questions) for e in read(tmp_path / "artifacts" / "ledger.jsonl")]
-    assert lines == [("tiny", "baseline", 2), ("tiny", None, 2), ("other", "baseline", 1), ("other", None, 1)]
+    # one ledger line per set and column, so `history` keeps each set's lineage, and one per column pooled, whose
+    # runs are the sets' lines' own; asked again, all is reused
+    lines = [(e.trainset, e.artifact, e.questions, e.reused, e.lm_calls > 0)
+             for e in read(tmp_path / "artifacts" / "ledger.jsonl")]
+    assert lines == [("tiny", "baseline", 2, 0, True), ("tiny", None, 2, 0, True),
+                     ("other", "baseline", 1, 0, True), ("other", None, 1, 0, True),
+                     ("tiny+other", "baseline", 3, 3, False), ("tiny+other", None, 3, 3, False)]
     again = CliRunner().invoke(app, [*asked, "--json"])
     assert json.loads(again.stdout)["runs"] == report["runs"] | {"run": 0, "reused": 6, "columns": {
         label: {"run": 0, "reused": 3} for label in report["columns"]}}
-    assert len(read(tmp_path / "artifacts" / "ledger.jsonl")) == 4
+    assert len(read(tmp_path / "artifacts" / "ledger.jsonl")) == 6
     # a ledger that lacks the measurement gets it once, its runs counted as reused and costing nothing
     (tmp_path / "artifacts" / "ledger.jsonl").unlink()
     for _ in range(2):
         assert CliRunner().invoke(app, asked).exit_code == 0
     written = read(tmp_path / "artifacts" / "ledger.jsonl")
     assert [(e.trainset, e.artifact, e.reused, e.lm_calls) for e in written] == [
-        ("tiny", "baseline", 2, 0), ("tiny", None, 2, 0), ("other", "baseline", 1, 0), ("other", None, 1, 0)]
+        ("tiny", "baseline", 2, 0), ("tiny", None, 2, 0), ("other", "baseline", 1, 0), ("other", None, 1, 0),
+        ("tiny+other", "baseline", 3, 0), ("tiny+other", None, 3, 0)]
     assert {e.code_version for e in written} == {code_version()}
 
 
 def test_a_compiled_column_beside_the_uncompiled_program_records_its_gain_with_an_interval(tmp_path: Path) -> None:
-    from types import SimpleNamespace
-
     from conftest import scratch_config
 
     def rows(label: str, f1: float) -> list[Row]:
@@ -140,8 +143,8 @@ def test_a_compiled_column_beside_the_uncompiled_program_records_its_gain_with_a
     columns = [uncompiled, compiled, plain]
     made = {uncompiled: rows("deep@m", 0.0), compiled: rows("deep+v1@m", 1.0), plain: rows("plain@m", 1.0)}
     config = scratch_config(tmp_path, **{"artifacts.path": tmp_path / "artifacts"})
-    evaluate.record(config, SimpleNamespace(name="tiny", content_hash="h"), SimpleNamespace(questions=[0] * 8),
-                    evaluate.Measured(made, made, set()), columns, {"f1": 1.0})
+    evaluate.record(config, evaluate.Measurement("tiny", "h", 8), evaluate.Measured(made, made, set()), columns,
+                    {"f1": 1.0})
     lines = {e.artifact: (e.score_before, e.gain_ci) for e in read(tmp_path / "artifacts" / "ledger.jsonl")}
     # every question gains 1.0: the interval is that gain; the uncompiled program and the yardstick carry none
     assert lines == {None: (None, None), "v1": (0.0, [1.0, 1.0]), "plain": (None, None)}
@@ -291,3 +294,13 @@ def test_a_repair_column_runs_again_only_the_questions_with_something_to_repair(
     assert result.exit_code == 0, result.output
     assert repair_calls(tmp_path / "out2") == {"deep@qwen2.5-coder-0.5b": [0, 0],
                                                "deep-with-repair@qwen2.5-coder-0.5b": [1, 1]}
+
+
+def test_the_ledger_names_the_artifact_auto_loaded(tmp_path: Path) -> None:
+    from dspy_rag.artifacts import default_name
+
+    auto = evaluate.Column("deep", "auto", "local/m")
+    assert evaluate.ledger_name(auto, tmp_path) is None  # no default for this model: the uncompiled program
+    (tmp_path / default_name("local/m")).mkdir()
+    assert evaluate.ledger_name(auto, tmp_path) == default_name("local/m")
+    assert evaluate.ledger_name(evaluate.Column("baseline", "none", "local/m"), tmp_path) == "baseline"

@@ -126,7 +126,7 @@ def two_lineages(config: Path, tmp_path: Path) -> None:
         entry(artifact="v1", score=0.50, score_before=0.38),
         entry(artifact="w1", model=OTHER_MODEL, score=0.30, score_before=0.20),
         entry(artifact="v2", parent="v1", score=0.55, score_before=0.49, gain_ci=[0.01, 0.11]),
-        entry(kind="eval", artifact="v2", score=0.53, score_before=None),
+        entry(kind="eval", artifact="v2", score=0.53, score_before=0.40, gain_ci=[0.05, 0.20]),
         entry(artifact="x2", parent="v1", model=OTHER_MODEL, score=0.36, score_before=0.31, gain_ci=[-0.04, 0.15]),
     ]:
         append(ledger, item)
@@ -172,6 +172,9 @@ def test_the_plot_draws_each_compiles_interval_where_it_has_one(two_lineages: No
     assert [(x, y, pytest.approx(below), pytest.approx(above)) for x, y, below, above in gain_bars(grouped["v1"])] == [
         (2, 0.55, 0.05, 0.05), (2, 0.36, 0.09, 0.10)]
     assert gain_bars(grouped["w1"]) == []
+    # v2's eval beside the uncompiled program: 0.53 from 0.40, its interval 0.08 below and 0.07 above
+    assert [(x, y, pytest.approx(below), pytest.approx(above))
+            for x, y, below, above in gain_bars(grouped["v1"], "eval")] == [(2, 0.53, 0.08, 0.07)]
 
 
 def test_history_prints_an_artifact_name_as_written(config: Path, tmp_path: Path) -> None:
@@ -220,3 +223,13 @@ def test_scores_of_other_code_are_not_compared_and_reused_runs_are_shown(config:
     # the newer eval of the uncompiled program on the same code, not the older one of other code
     assert rows["v1"][0]["delta_uncompiled"] == pytest.approx(0.05)
     assert "12 (12 reused)" in history(config).stdout
+
+
+def test_a_name_compiled_again_is_a_lineage_of_its_own_from_then_on(config: Path, tmp_path: Path) -> None:
+    ledger = tmp_path / "artifacts" / LEDGER_FILE
+    for item in [entry(artifact="v1", score=0.45), entry(kind="eval", artifact="v1", score=0.44, score_before=None),
+                 entry(artifact="v1", score=0.60), entry(kind="eval", artifact="v1", score=0.62, score_before=None)]:
+        append(ledger, item)
+    report = json.loads(history(config, "--json").stdout)
+    assert {lineage["lineage"]: [row["score"] for row in lineage["rows"]] for lineage in report["lineages"]} == {
+        "v1": [0.45, 0.44], "v1 #2": [0.60, 0.62]}

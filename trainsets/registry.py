@@ -234,6 +234,13 @@ def trainset_names(given: str | Sequence[str]) -> list[str]:
     return names
 
 
+def pooled_hash(sets: Sequence["Trainset"]) -> str:
+    """The one set's hash, or a hash of every set's name and hash: what a program is fit or measured on."""
+    if len(sets) == 1:
+        return sets[0].content_hash
+    return hashlib.sha256(" ".join(f"{s.name}:{s.content_hash}" for s in sets).encode()).hexdigest()[:16]
+
+
 def load_trainsets(given: str | Sequence[str]) -> list[Trainset]:
     """The named trainsets, each once."""
     sets = [load_trainset(name) for name in trainset_names(given)]
