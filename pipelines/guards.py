@@ -84,16 +84,19 @@ def without_repeats(steps: list[Step], done: int) -> tuple[list[Step], list[Fire
     kept: list[Step] = []
     first: dict[tuple[str, str], int] = {}  # (tool, wording) -> its number in the kept plan
     numbers = {n: n for n in range(1, done + 1)}  # plan number -> kept number
-    fired: list[Fired] = []
+    copies: dict[int, int] = {}  # kept number -> repeats of it dropped
     for number, step in enumerate(steps, start=done + 1):
         asked = (step.tool, wording(step.sub_question))
         if (earlier := first.get(asked)) is not None:
             numbers[number] = earlier
-            fired.append(Fired("repeated_step", f"a planned step: {step.sub_question}", "skipped it",
-                               f"step {earlier} of the plan asks it in the same words"))
+            copies[earlier] = copies.get(earlier, 0) + 1
             continue
         kept.append(step)
         numbers[number] = first[asked] = done + len(kept)
+    fired = [Fired("repeated_step", f"a planned step: {kept[kept_number - done - 1].sub_question}",
+                   "skipped it" if n == 1 else f"skipped {n} copies",
+                   f"the plan asks step {kept_number}'s question again in the same words")
+             for kept_number, n in copies.items()]  # noted once per step repeated
     return ([step.renumbered(numbers) for step in kept] if fired else kept), fired
 
 

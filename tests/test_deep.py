@@ -200,7 +200,8 @@ def test_a_plan_asking_a_step_again_keeps_it_once_and_renumbers_its_references()
         "When did #3 move?"), [])
     assert [s.sub_question for s in steps] == ["Who founded NVIDIA?", "Where was the answer of step 1 born?",
                                                "When did #2 move?"]
-    assert answers == [] and [f.why for f in fired] == ["step 1 of the plan asks it in the same words"]
+    assert answers == [] and [(f.changed, f.why) for f in fired] == [
+        ("skipped it", "the plan asks step 1's question again in the same words")]
     unchanged = planned("Who founded NVIDIA?", "Where was the answer of step 1 born?")
     assert without_steps_done(unchanged, [])[0] == unchanged
     web_then_docs = [Step(sub_question="Data Center revenue?", tool=tool) for tool in ("search_web", "search_docs")]
@@ -213,7 +214,8 @@ def test_a_plan_of_one_question_written_four_times_researches_it_once(tenk_index
     replies = [plan(asked, asked, asked, asked), *step(), decide("FINISH"), synthesize()]
     trajectory = run(tenk_index, replies)[0].trajectory
     assert [s.sub_question for s in trajectory.steps] == [asked] and len(trajectory.plans[0]) == 1
-    assert [g["why"] for g in trajectory.guards] == ["step 1 of the plan asks it in the same words"] * 3
+    assert [(g["changed"], g["why"]) for g in trajectory.guards] == [
+        ("skipped 3 copies", "the plan asks step 1's question again in the same words")]  # noted once
     # with the guard off, the plan policy researches every copy
     unguarded = run(tenk_index, [plan(asked, asked), *step(), *step(), synthesize()], policy="plan",
                     guards=GuardConfig(repeated_step=False))[0].trajectory
