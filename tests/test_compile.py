@@ -27,7 +27,7 @@ from dspy_rag.trainsets.registry import load_trainset
 
 @pytest.fixture()
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
-    monkeypatch.setenv("DSPY_RAG_CACHE", str(tmp_path / "cache"))  # the dev-score cache of scripted runs stays here
+    monkeypatch.setenv("DSPY_RAG_CACHE", str(tmp_path / "cache"))  # what the compile caches (web snapshot indexes) stays here
     return scratch_config(tmp_path, **{"artifacts.path": tmp_path / "artifacts", "retrieval.reranker": "none"})
 
 
