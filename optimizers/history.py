@@ -26,6 +26,7 @@ class Row:
     generation: int  # compiles from the uncompiled program to this artifact: 0 is the uncompiled program
     parent_score: float | None  # the parent's own compile score, measured alike
     uncompiled_score: float | None  # the uncompiled program's score, measured alike
+    kept: float | None = None  # an eval on another model than the compile's: the share of its gain kept there
 
     @property
     def delta_parent(self) -> float | None:
@@ -38,14 +39,32 @@ class Row:
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self.entry), "generation": self.generation, "parent_score": self.parent_score,
                 "uncompiled_score": self.uncompiled_score, "delta_parent": self.delta_parent,
-                "delta_uncompiled": self.delta_uncompiled}
+                "delta_uncompiled": self.delta_uncompiled, "kept": self.kept}
 
 
-def measured_alike(a: LedgerEntry, b: LedgerEntry) -> bool:
+def measured_alike(a: LedgerEntry, b: LedgerEntry, on_any_model: bool = False) -> bool:
     """Same model, data, split, metric, number of questions and code: a score on 1 question says nothing next to
     8, and the same prompts run by other code are another program."""
-    return (a.model, a.trainset, a.split, a.metric, a.questions, a.code_version) == (
-        b.model, b.trainset, b.split, b.metric, b.questions, b.code_version)
+    return (on_any_model or a.model == b.model) and (a.trainset, a.split, a.metric, a.questions, a.code_version) == (
+        b.trainset, b.split, b.metric, b.questions, b.code_version)
+
+
+def gain(entry: LedgerEntry) -> float | None:
+    """An eval's gain over the uncompiled program measured beside it."""
+    return None if entry.score_before is None else entry.score - entry.score_before
+
+
+def share_kept(entry: LedgerEntry, so_far: list[LedgerEntry]) -> float | None:
+    """Transfer: an artifact's gain over the uncompiled program on a model it was not compiled for, as a share of
+    its gain on the model it was compiled for (the newest eval there, measured alike but for the model); None
+    where either gain is unknown or the home gain is no gain."""
+    compiled = next((e for e in reversed(so_far) if e.kind == "compile" and e.artifact == entry.artifact), None)
+    if entry.kind != "eval" or (away := gain(entry)) is None or compiled is None or compiled.model == entry.model:
+        return None
+    home = next((e for e in reversed(so_far) if e.kind == "eval" and e.artifact == entry.artifact
+                 and e.model == compiled.model and gain(e) is not None and measured_alike(e, entry, True)), None)
+    home_gain = gain(home) if home is not None else None
+    return away / home_gain if home_gain is not None and home_gain > 0 else None
 
 
 def latest(entries: list[LedgerEntry], like: LedgerEntry, kind: str,
@@ -81,7 +100,7 @@ def lineages(entries: list[LedgerEntry]) -> dict[str, list[Row]]:
         root = chain[-1] if chain else UNCOMPILED
         edition = editions.get(root, 1)
         grouped.setdefault(root if edition == 1 else f"{root} #{edition}", []).append(
-            Row(entry, len(chain), score_of_parent(entry, so_far), uncompiled))
+            Row(entry, len(chain), score_of_parent(entry, so_far), uncompiled, share_kept(entry, so_far)))
     return grouped
 
 
@@ -112,7 +131,7 @@ def score_text(value: float | None, signed: bool = False) -> str:
 
 
 TEXT_COLUMNS = ("#", "kind", "artifact", "model", "trainset", "optimizer")
-FIGURE_COLUMNS = ("questions", "before", "score", "Δ parent", "Δ uncompiled", "Δ before, 95% CI")
+FIGURE_COLUMNS = ("questions", "before", "score", "Δ parent", "Δ uncompiled", "Δ before, 95% CI", "kept")
 
 
 def cells(row: Row) -> list[str]:
@@ -121,7 +140,7 @@ def cells(row: Row) -> list[str]:
     return [str(row.generation), entry.kind, entry.artifact or UNCOMPILED, entry.model, entry.trainset,
             entry.optimizer or "-", questions_text(entry), score_text(entry.score_before), score_text(entry.score),
             score_text(row.delta_parent, signed=True), score_text(row.delta_uncompiled, signed=True),
-            interval_text(entry.gain_ci)]
+            interval_text(entry.gain_ci), "-" if row.kept is None else f"{row.kept:.0%}"]
 
 
 def questions_text(entry: LedgerEntry) -> str:

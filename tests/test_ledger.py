@@ -233,3 +233,16 @@ def test_a_name_compiled_again_is_a_lineage_of_its_own_from_then_on(config: Path
     report = json.loads(history(config, "--json").stdout)
     assert {lineage["lineage"]: [row["score"] for row in lineage["rows"]] for lineage in report["lineages"]} == {
         "v1": [0.45, 0.44], "v1 #2": [0.60, 0.62]}
+
+
+def test_an_eval_on_another_model_shows_the_share_of_the_gain_it_kept(config: Path, tmp_path: Path) -> None:
+    ledger = tmp_path / "artifacts" / LEDGER_FILE
+    for item in [entry(artifact="v1", score=0.50),
+                 entry(kind="eval", artifact="v1", score=0.50, score_before=0.40, gain_ci=[0.02, 0.18]),
+                 entry(kind="eval", artifact="v1", model=OTHER_MODEL, score=0.66, score_before=0.62),
+                 entry(kind="eval", artifact="v1", model=OTHER_MODEL, score=0.66, score_before=0.62, questions=5)]:
+        append(ledger, item)
+    rows = json.loads(history(config, "--json").stdout)["lineages"][0]["rows"]
+    # +0.04 there of +0.10 at home; none on the home model, and none beside a home eval measured otherwise
+    assert [row["kept"] for row in rows] == [None, None, pytest.approx(0.4), None]
+    assert "40%" in history(config).stdout
