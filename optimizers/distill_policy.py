@@ -314,7 +314,8 @@ def distill_policy(request: DistillRequest, config: Config, reporter: Reporter =
     target = f", until {request.decisions} decision points" if request.decisions else ""
     reporter.say(f"loading {config.lm.model}; {len(examples)} train questions of {pool.name}{target}, prompts of "
                  f"{manifest.name}, metric {metric.name}")
-    lm = build_lm(config.lm)
+    # The re-planned run asks the first plan's calls again; decoding is greedy, so the LM cache answers them.
+    lm = build_lm(config.lm.model_copy(update={"cache": True}))
     dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
     start, traces, traced_sets = len(lm.history), [], []
     tally = Tally()
