@@ -112,14 +112,15 @@ class Tracker:
                                       "trajectory": trajectory.to_json()})
 
 
-class DevRuns:
-    """The dev split's runs through the run store: a program scored before, by a compile or an eval with the same
-    prompts, demos, model, settings and code, is not run again (a recompile does not pay for its parent's dev run).
-    Each question runs on its own set's index and web, and is stored under that set, as its eval would store it."""
+class StoredScores:
+    """A program's scores on dev (or validation) questions, through the run store: a program scored before, by a
+    compile or an eval with the same prompts, demos, model, settings and code, is not run again (a recompile does
+    not pay for its parent's dev run). Each question runs on its own set's index and web, and is stored under that
+    set, as its eval would store it."""
 
     def __init__(self, store: RunStore, config: Config, pool: Pool, programs: SetPrograms, name: str) -> None:
         self.store, self.config, self.pool, self.programs, self.name = store, config, pool, programs, name
-        self.questions = {(s.name, q.id): q for s in pool.sets for q in s.questions("dev")}
+        self.questions = {(s.name, q.id): q for s in pool.sets for part in ("train", "dev") for q in s.questions(part)}
         self.tally = Tally()
 
     def _runs(self, program: dspy.Module, trainset: str) -> tuple[dspy.Module, AnswerRuns]:
@@ -129,6 +130,8 @@ class DevRuns:
                                                          f"deep (compile {self.name})", self.programs.webs[trainset]))
 
     def scores(self, program: dspy.Module, examples: list[dspy.Example], metric: ResearchMetric) -> list[float]:
+        if isinstance(program, PooledProgram):  # an optimizer's candidate: its prompts are the first program's
+            program = program.first()
         bound: dict[str, tuple[dspy.Module, AnswerRuns]] = {}  # the program bound once to each set
         scores = []
         for example in examples:
@@ -168,14 +171,19 @@ class Outcome:
 
 
 def optimize(program: dspy.Module, data: Splits, optimizer: Optimizer, settings: dict[str, Any],
-             metric: ResearchMetric, dev: DevRuns, teacher: dspy.LM | None, lm: dspy.LM,
+             metric: ResearchMetric, dev: StoredScores, teacher: dspy.LM | None, lm: dspy.LM,
              tracker: Tracker) -> Outcome:
-    """Score the dev split, compile on the train split, score the dev split again."""
+    """Score the dev split, compile on the train split, score the dev split again. A teleprompter that ranks
+    candidates on validation questions (`scorer`) scores them through the run store too, apart from the dev tally."""
     tracker.start("before", f"dev before ({len(data.dev)})", len(data.dev))
     before = dev.scores(program, data.dev, metric)
     runs = optimizer.runs(len(data.train), len(data.val), settings)
     tracker.start("optimize", f"optimize ({optimizer.name}, ≤{runs} runs)", None)
     teleprompter = optimizer.build(metric, settings, teacher, lm)
+    if hasattr(teleprompter, "scorer"):
+        validation = StoredScores(dev.store, dev.config, dev.pool, dev.programs, dev.name)
+        teleprompter.scorer = lambda candidate, examples: mean(
+            validation.scores(candidate, examples, metric))
     student, train, val = program, data.train, data.val
     if len(dev.pool.sets) > 1:  # each train question researched on its own set's index and web
         student, train, val = dev.programs.pooled(program), PooledProgram.routed(train), PooledProgram.routed(val)
@@ -234,7 +242,7 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
                             "parent": request.parent, "trainset": pool.name, "trainset_hash": pool.content_hash,
                             "metric": metric.name, "train": len(data.train), "dev": len(data.dev)})
             with RunStore.of(config) as store:
-                dev = DevRuns(store, config, pool, SetPrograms(config, tools), name)
+                dev = StoredScores(store, config, pool, SetPrograms(config, tools), name)
                 outcome = optimize(program, data, optimizer, settings, metric, dev, teacher, lm, tracker)
         before, after = outcome.before, outcome.after
         usage = [usage_since(m, starts[id(m)]) for m in (lm, teacher) if m is not None]

@@ -18,6 +18,8 @@ from dspy_rag.evals.research_metric import ResearchMetric
 from dspy_rag.optimizers.demo_sampling import stratified_sample
 
 Build = Callable[[ResearchMetric, dict[str, Any], dspy.LM | None, dspy.LM], Any]
+# A program's mean score on examples: how a searching teleprompter ranks its candidates.
+Scorer = Callable[[dspy.Module, list[dspy.Example]], float]
 
 
 @dataclass(frozen=True)
@@ -63,25 +65,29 @@ class LabeledPerModule(LabeledFewShot):
 
 class LabeledSearch(Teleprompter):
     """Several seeded draws of `LabeledPerModule` demos, each scored on the first `validation` examples of the
-    validation split (the sets in turn, `PooledProgram.routed`); the best-scoring draw is kept, ties going to the
-    earlier seed. `candidates` lists each draw's seed and validation score."""
+    validation split (the sets in turn, `PooledProgram.routed`) by `scorer` (compile's: through the run store), else
+    `dspy.Evaluate`; the best-scoring draw is kept, ties going to the earlier seed. `candidates` lists each draw's
+    seed and validation score."""
 
     def __init__(self, metric: ResearchMetric, k: int, stratify: bool, draws: int, validation: int) -> None:
         super().__init__()
         self.metric, self.k, self.stratify, self.draws, self.validation = metric, k, stratify, draws, validation
         self.candidates: list[dict[str, Any]] = []
+        self.scorer: Scorer = self.evaluated
+
+    def evaluated(self, program: dspy.Module, examples: list[dspy.Example]) -> float:
+        return dspy.Evaluate(devset=examples, metric=self.metric, num_threads=1, display_progress=False,
+                             max_errors=len(examples), provide_traceback=False)(program).score / 100
 
     def compile(self, student: dspy.Module, *, trainset: list[dspy.Example],
                 valset: list[dspy.Example] | None = None) -> dspy.Module:
         if not valset:
             raise UserError("labeled-search scores its draws on validation questions kept aside from the train "
                             "split; give it a trainset with at least 4 train questions")
-        scored = dspy.Evaluate(devset=valset[:self.validation], metric=self.metric, num_threads=1,
-                               display_progress=False, max_errors=len(valset), provide_traceback=False)
         best: tuple[float, dspy.Module] | None = None
         for seed in range(self.draws):
             program = LabeledPerModule(self.k, self.stratify, seed).compile(student, trainset=trainset)
-            score = scored(program).score / 100
+            score = self.scorer(program, valset[:self.validation])
             self.candidates.append({"seed": seed, "validation": round(score, 4)})
             if best is None or score > best[0]:
                 best = (score, program)

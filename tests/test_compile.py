@@ -44,7 +44,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> list[DummyLM]:
 
 
 def run(trainset: Path, config: Config, optimizer: str, **options: Any) -> artifacts.Manifest:
-    request = compiling.CompileRequest(str(trainset), optimizer, name="tiny-" + optimizer, **options)
+    request = compiling.CompileRequest(str(trainset), optimizer, **{"name": "tiny-" + optimizer, **options})
     return compiling.compile_program(request, config)
 
 
@@ -132,6 +132,9 @@ def test_labeled_search_records_each_draws_validation_score(trainset: Path, sett
     assert (kept["train"], kept["val"], kept["validation"]) == (3, 1, 24)
     assert [c["seed"] for c in kept["candidates"]] == [0, 1]
     assert all(0.0 <= c["validation"] <= 1.0 for c in kept["candidates"])
+    # the draws' validation runs went through the run store: compiled again, nothing is run
+    again = run(trainset, settings, "labeled-search", settings={"draws": 2}, name="again")
+    assert again.optimizer_settings["candidates"] == kept["candidates"] and len(scripted[-1].history) == 0
 
 
 def test_a_recompile_starts_from_its_parent(trainset: Path, settings: Config, scripted: list[DummyLM]) -> None:
