@@ -15,7 +15,9 @@ from dspy.teleprompt import (GEPA, BootstrapFewShot, BootstrapFewShotWithRandomS
 
 from dspy_rag.errors import UserError
 from dspy_rag.evals.research_metric import ResearchMetric
+from dspy_rag.evals.plan_metric import PlanMetric
 from dspy_rag.optimizers.demo_sampling import stratified_sample
+from dspy_rag.optimizers.planner_instructions import PlannerInstructions
 
 Build = Callable[[ResearchMetric, dict[str, Any], dspy.LM | None, dspy.LM], Any]
 # A program's mean score on examples: how a searching teleprompter ranks its candidates.
@@ -129,6 +131,13 @@ def _gepa(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm
                 reflection_minibatch_size=s["minibatch"], num_threads=1, track_stats=False, use_merge=False)
 
 
+def _planner(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None, lm: dspy.LM) -> Any:
+    return PlannerInstructions(PlanMetric(metric.on_score), s["max_metric_calls"], s["minibatch"], teacher or lm)
+
+
+# A planner call is about a ninth of a research run's calls: the planner optimizer's runs in those units.
+PLANNER_CALLS_PER_RUN = 9
+
 OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
     Optimizer("labeled", {"k": 3, "stratify": True}, _labeled, lambda train, val, s: 0),
     Optimizer("labeled-search", {"k": 3, "stratify": True, "draws": 3, "validation": 24},
@@ -146,6 +155,8 @@ OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
                                       "minibatch_full_eval_steps": s["trials"], "program_aware_proposer": False}),
     Optimizer("gepa", {"max_metric_calls": 24, "minibatch": 2}, _gepa,
               lambda train, val, s: s["max_metric_calls"], needs_valset=True),
+    Optimizer("planner", {"max_metric_calls": 160, "minibatch": 3}, _planner,
+              lambda train, val, s: -(-s["max_metric_calls"] // PLANNER_CALLS_PER_RUN), needs_valset=True),
 )}
 
 

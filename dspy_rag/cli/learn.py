@@ -71,7 +71,7 @@ def compile_command(
     trainset: Annotated[list[str], typer.Option(help="trainset name (see `dspy-rag trainsets`) or YAML definition; "
                                                 "repeat it (or join names with commas) to pool their splits")],
     optimizer: Annotated[str, typer.Option(
-        help="labeled, labeled-search, bootstrap, random-search, mipro or gepa")] = "bootstrap",
+        help="labeled, labeled-search, bootstrap, random-search, mipro, gepa or planner")] = "bootstrap",
     model: ModelOption = None,
     teacher: Annotated[str | None, typer.Option(help="a stronger model that writes demos and proposes prompts")] = None,
     name: Annotated[str | None, typer.Option(help="artifact name (default: TRAINSET-OPTIMIZER-MODEL)")] = None,

@@ -1,0 +1,109 @@
+"""The planner's own metric (a plan against the gold plan) and the `planner` optimizer: GEPA on the planner's
+instruction alone, end to end through `compile` with a scripted LM that plans well only once told how."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+
+from conftest import REPLIES, scratch_config
+from dspy_rag.config import Config
+from dspy_rag.errors import UserError
+from dspy_rag.evals.plan_metric import PlanMetric, match
+from dspy_rag.index import Index
+from dspy_rag.optimizers import compile as compiling
+from dspy_rag.pipelines.programs import build_program
+from dspy_rag.signatures import PlanResearch, Step
+
+QUESTION = "What city did the performer of Hello Love live in when he died?"
+GOLD = [Step(sub_question="Who is the performer of Hello Love?", tool="search_docs"),
+        Step(sub_question="What city did the answer of step 1 live in when he died?", tool="search_docs")]
+
+
+def steps(*sub_questions: str) -> list[Step]:
+    return [Step(sub_question=s, tool="search_docs") for s in sub_questions]
+
+
+@pytest.mark.parametrize(("planned", "score"), [
+    (steps("Who is the performer of Hello Love?", "What city did #1 live in when he died?"), 1.0),
+    # one step of two, the copy matching the second gold step at F1 0.8 and the first not at all
+    (steps(QUESTION), (1 / 2 + 0.8 / 2) / 2),
+    (steps(QUESTION, QUESTION, QUESTION, QUESTION), (1 / 2 + 0.8 / 2) / 2),  # repeats count once
+    # three steps for two, the gold steps matched at F1 0.6 ("who ... hello love") and 4/11 ("what ... city")
+    (steps("Who sang Hello Love?", "Where is Hello Love from?", "What is a city?"), (2 / 3 + (0.6 + 4 / 11) / 2) / 2),
+])
+def test_a_plan_scores_by_its_distinct_steps_and_the_gold_steps_it_asks(planned: list[Step], score: float) -> None:
+    assert match(planned, GOLD).score == pytest.approx(score, abs=0.01)
+
+
+def test_a_copied_question_never_covers_two_gold_steps() -> None:
+    result = match(steps(QUESTION), GOLD)
+    assert sorted(result.matched)[0] == 0.0 and result.distinct == 1
+
+
+def test_the_feedback_says_what_the_plan_missed_for_the_reflection_model() -> None:
+    example = dspy.Example(question=QUESTION, trainset="musique", steps=[s.model_dump() for s in GOLD])
+    seen: list[float] = []
+    metric = PlanMetric(lambda _example, _prediction, score: seen.append(score))
+    graded = metric(example, dspy.Prediction(steps=steps(QUESTION, QUESTION)), None, "planner.predict", None)
+    assert "1 more repeated an earlier step word for word" in graded.feedback
+    assert "the question needs 2: 1. Who is the performer of Hello Love?" in graded.feedback
+    assert "No step asks gold step 1" in graded.feedback
+    assert metric(example, dspy.Prediction(steps=GOLD)) == 1.0 and seen == [graded.score, 1.0]
+
+
+# What the reflection model proposes; the scripted planner follows it once its system prompt carries it.
+INSTRUCTION = "Ask one fact per step, in the words of the gold step."
+TOLD = {"Other question 1?": {"steps": [s.model_dump() for s in steps("Step of question 1?")]},
+        "Other question 2?": {"steps": [s.model_dump() for s in steps("Step of question 2?")]},
+        "Question 1: what": {"steps": [s.model_dump() for s in steps("What was Data Center revenue?")]}}
+
+
+class Follows(DummyLM):
+    """REPLIES, with the gold plans of the small sets once the system prompt holds INSTRUCTION; as the reflection
+    model, INSTRUCTION."""
+
+    def forward(self, prompt: str | None = None, messages: list[dict[str, Any]] | None = None,
+                **kwargs: Any) -> Any:
+        told = any(INSTRUCTION in m.get("content", "") for m in (messages or [])[:-1])
+        self.answers = {"`new_instruction`": {"new_instruction": INSTRUCTION}, **(TOLD if told else {}), **REPLIES}
+        return super().forward(prompt=prompt, messages=messages, **kwargs)
+
+
+@pytest.fixture()
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
+    monkeypatch.setenv("DSPY_RAG_CACHE", str(tmp_path / "cache"))
+    return scratch_config(tmp_path, **{"artifacts.path": tmp_path / "artifacts", "retrieval.reranker": "none"})
+
+
+@pytest.fixture()
+def follows(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiling, "build_lm", lambda _config: Follows(REPLIES, adapter=dspy.JSONAdapter()))
+
+
+def compiled(trainset: str, settings: Config) -> compiling.artifacts.Manifest:
+    request = compiling.CompileRequest(trainset, "planner", name="planned",
+                                       settings={"max_metric_calls": 12, "minibatch": 1})
+    return compiling.compile_program(request, settings)
+
+
+def test_the_planner_optimizer_keeps_the_instruction_that_plans_like_the_gold_plans(
+        trainset: Path, other: Path, settings: Config, follows: None) -> None:
+    manifest = compiled(f"{trainset},{other}", settings)
+    state = json.loads((settings.artifacts.path / "planned" / "program.json").read_text())
+    instructions = {name: p["signature"]["instructions"] for name, p in state.items() if "signature" in p}
+    assert INSTRUCTION in instructions.pop("planner.predict")
+    uncompiled = build_program("deep", settings, Index(settings), None)
+    assert instructions == {name: p.signature.instructions for name, p in uncompiled.named_predictors()
+                            if name != "planner.predict"}  # every other predictor as it was
+    candidates = manifest.optimizer_settings["candidates"]
+    assert candidates[0]["instruction"] == PlanResearch.instructions
+    assert max(c["validation"] for c in candidates[1:]) == 1.0 > candidates[0]["validation"]
+
+
+def test_the_planner_optimizer_needs_gold_plans(trainset: Path, settings: Config, follows: None) -> None:
+    with pytest.raises(UserError, match="found 0 train and 1 validation questions with one"):
+        compiled(str(trainset), settings)
