@@ -107,3 +107,18 @@ def test_the_planner_optimizer_keeps_the_instruction_that_plans_like_the_gold_pl
 def test_the_planner_optimizer_needs_gold_plans(trainset: Path, settings: Config, follows: None) -> None:
     with pytest.raises(UserError, match="found 0 train and 1 validation questions with one"):
         compiled(str(trainset), settings)
+
+
+def test_plan_scores_reports_a_planner_against_the_dev_gold_plans(other: Path, trainset: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from dspy_rag.evals import plan_scores
+
+    monkeypatch.setenv("DSPY_RAG_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    lm = Follows(REPLIES, adapter=dspy.JSONAdapter())
+    monkeypatch.setattr(plan_scores, "build_lm", lambda _config: lm)
+    untold = plan_scores.plan_scores(str(other), "local/qwen2.5-coder-0.5b", "none")
+    assert untold["questions"] == 1 and untold["scores"] == {"p3": 0.5}  # one step of one, asking something else
+    assert untold["distinct_steps"] == untold["gold_steps"] == 1.0 and untold["one_step_share"] == 1.0
+    with pytest.raises(UserError, match="has a gold plan"):
+        plan_scores.plan_scores(str(trainset), "local/qwen2.5-coder-0.5b", "none")  # its dev questions have none
