@@ -129,14 +129,14 @@ class Research:
         (counted from `started`, a `time.perf_counter()`, default now); LM failures a user can act on raise
         UserError. `on_token` hears the short answer as the model writes it, piece by piece (where the model
         streams; else whole, once written); the answer's checks may still change it."""
-        from dspy_rag.models import usage_since
+        from dspy_rag.models import mark, usage_after
 
         started = time.perf_counter() if started is None else started
         text = clean_question(question)
-        history_start = len(self.lm.history)
+        marked = mark(self.lm, getattr(self.program, "planner_lm", None))
         with lm_failures(self.config):
             result = listened(lambda: self.ask(text), on_token)
-        return Answer(self, text, result, usage_since(self.lm, history_start), time.perf_counter() - started)
+        return Answer(self, text, result, usage_after(marked), time.perf_counter() - started)
 
     def ask(self, question: str) -> dspy.Prediction:
         """The program's answer: `answer` (cited), `short_answer`, `citations`, `flagged` (unsupported sentences),

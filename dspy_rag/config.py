@@ -74,6 +74,9 @@ LOCAL_PREFIX = "local/"  # a model string naming a packaged model, run in-proces
 
 class LMConfig(Section):
     model: str = "local/qwen2.5-coder-0.5b"
+    planner_model: str | None = Field(None, description="a model of its own for the deep program's planner, e.g. "
+                                      "local/qwen2.5-coder-1.5b, which splits questions the 0.5B asks in one step; "
+                                      "empty: the model plans")
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(512, ge=16, le=32768)
     api_base: HttpUrl | None = None
@@ -153,7 +156,8 @@ class GuardConfig(Section):
     """Which guards stand over the deep program's LM modules (pipelines/guards.py); each is on by default."""
 
     web_routing: bool = Field(True, description="send a step to the web when the question asks for newer facts")
-    repeated_step: bool = Field(True, description="skip a step already researched or already in the plan, word for word")
+    repeated_step: bool = Field(True, description="skip a step already researched or already in the plan, word "
+                                "for word")
     query_guard: bool = Field(True, description="search the sub-question when the rewritten query copies a "
                               "finding or shares no word with it")
     keep_going: bool = Field(True, description="go on, without a policy call, when a remaining step builds on "

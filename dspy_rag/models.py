@@ -162,6 +162,20 @@ def usage_since(lm: dspy.LM, start: int) -> dict[str, int]:
     }
 
 
+Mark = list[tuple[dspy.LM, int]]
+
+
+def mark(*lms: dspy.LM | None) -> Mark:
+    """Where each LM's history stands now (a program planning with a model of its own calls two)."""
+    return [(lm, len(lm.history)) for lm in dict.fromkeys(lm for lm in lms if lm is not None)]
+
+
+def usage_after(marked: Mark) -> dict[str, int]:
+    """The requests of every marked LM since its mark, and their tokens."""
+    parts = [usage_since(lm, start) for lm, start in marked]
+    return {key: sum(part[key] for part in parts) for key in ("lm_calls", "prompt_tokens", "completion_tokens")}
+
+
 def build_lm(config: LMConfig) -> dspy.LM:
     """A `dspy.LM` for the configured model: in-process llama.cpp for local/..., LiteLLM otherwise."""
     if config.embedded:
@@ -187,3 +201,18 @@ def build_lm(config: LMConfig) -> dspy.LM:
     except ValueError as exc:  # DSPy checks the string's shape itself, e.g. "openai/" names no model
         raise UserError(f"unknown model '{config.model}' ({exc}); use a LiteLLM model string such as "
                         "openai/gpt-4o-mini") from exc
+
+
+_PLANNERS: dict[str, dspy.LM] = {}  # by settings: a process loads a planner model once
+
+
+def planner_lm(config: LMConfig) -> dspy.LM | None:
+    """The planner's own model (`lm.planner_model`, with the other LM settings), built once a process; None when
+    the model plans."""
+    if not config.planner_model or config.planner_model == config.model:
+        return None
+    settings = config.model_copy(update={"model": config.planner_model, "planner_model": None})
+    key = settings.model_dump_json()
+    if key not in _PLANNERS:
+        _PLANNERS[key] = build_lm(settings)
+    return _PLANNERS[key]

@@ -85,21 +85,25 @@ class Column:
     model: str
     policy: str = "llm"  # the deep program's stopping policy; the baseline has none
     switch: Switch | None = None  # an ablation column's guard or role, set against the configuration
+    planner: str | None = None  # the deep program's planner model, when not `model`
 
     @property
     def label(self) -> str:
         program = self.pipeline if self.artifact == "none" else f"{self.pipeline}+{self.artifact}"
         policy = "" if self.policy == "llm" else f"/{self.policy}"
         ablation = f"-{self.switch}" if self.switch else ""
-        return f"{program}{policy}{ablation}@{self.model.split('/')[-1]}"
+        planner = f"+planner-{self.planner.split('/')[-1]}" if self.planner else ""
+        return f"{program}{policy}{ablation}@{self.model.split('/')[-1]}{planner}"
 
 
 def columns_of(pipelines: list[str], artifacts: list[str], models: list[str],
-               policies: Sequence[str] = ("llm",), switches: Sequence[Switch] = ()) -> list[Column]:
-    """Every combination; artifacts, policies and ablations are the deep program's, so the other programs run
-    once per model. Each deep column is followed by one column per guard or role switched."""
-    made = [column for m, p, a, policy in itertools.product(models, pipelines, artifacts, policies)
-            for column in ([Column(p, a, m, policy), *(Column(p, a, m, policy, s) for s in switches)] if p == "deep"
+               policies: Sequence[str] = ("llm",), switches: Sequence[Switch] = (),
+               planners: Sequence[str | None] = (None,)) -> list[Column]:
+    """Every combination; artifacts, policies, planner models and ablations are the deep program's, so the other
+    programs run once per model. Each deep column is followed by one column per guard or role switched."""
+    made = [column for m, p, a, policy, planner in itertools.product(models, pipelines, artifacts, policies, planners)
+            for column in ([Column(p, a, m, policy, None, planner),
+                            *(Column(p, a, m, policy, s, planner) for s in switches)] if p == "deep"
                            else [Column(p, "none", m)])]
     return list(dict.fromkeys(made))
 
@@ -310,10 +314,11 @@ def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str]
              artifact: list[str] | None = None, model: list[str] | None = None, policy: list[str] | None = None,
              without: list[str] | None = None, limit: int | None = None, out_dir: Path | None = None,
              judge: str | None = None, reporter: Reporter = QUIET, with_: list[str] | None = None,
-             take: int = 1) -> dict[str, Any]:
+             take: int = 1, planner_model: list[str] | None = None) -> dict[str, Any]:
     """Evaluate pipelines, artifacts and models side by side on the dev questions of one trainset, or of several
     pooled (None: deep, the uncompiled program, the configured model, the LM policy; `limit` is per set; `take`
-    2, 3 ... measures the same runs again, apart from the first); returns the report it writes to results.json."""
+    2, 3 ... measures the same runs again, apart from the first; `planner_model`: the deep program's planner models,
+    "none" for the column's own model, default the configured one); returns the report it writes to results.json."""
     from typing import get_args
 
     import dspy
@@ -339,7 +344,8 @@ def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str]
             state = "on" if switch.on else "off"
             raise UserError(f"--{'with' if switch.on else 'without'} {switch.name}: the configuration already has it "
                             f"{state}; switch it the other way")
-    columns = columns_of(pipelines, artifact or ["none"], model or [config.lm.model], policies, switches)
+    planners = [None if p == "none" else p for p in planner_model or [config.lm.planner_model or "none"]]
+    columns = columns_of(pipelines, artifact or ["none"], model or [config.lm.model], policies, switches, planners)
     trainsets = load_trainsets(questions)
     eval_sets = [load_set(trainset, config) for trainset in trainsets]
     for eval_set in eval_sets:
@@ -358,7 +364,8 @@ def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str]
 
     def settings_of(column: Column) -> Config:
         switch = column.switch
-        settings = config.model_copy(update={"lm": config.lm.model_copy(update={"model": column.model})})
+        settings = config.model_copy(update={"lm": config.lm.model_copy(update={"model": column.model,
+                                                                                "planner_model": column.planner})})
         if switch is not None:
             switched = getattr(config, switch.part).model_copy(update={switch.name: switch.on})
             settings = settings.model_copy(update={switch.part: switched})

@@ -93,17 +93,16 @@ def score(set_name: str, pipeline: str, question: Question, prediction: dspy.Pre
 def run_question(program: dspy.Module, question: Question) -> tuple[dspy.Prediction, dict[str, Any]]:
     import dspy
 
-    from dspy_rag.models import usage_since
+    from dspy_rag.models import mark, usage_after
     from dspy_rag.pipelines.lm_calls import Unparseable
 
-    lm = dspy.settings.lm
-    start, started = len(lm.history), time.perf_counter()
+    marked, started = mark(dspy.settings.lm, getattr(program, "planner_lm", None)), time.perf_counter()
     try:
         prediction = program(question=question.question)
     except Unparseable as exc:  # one question the model cannot answer must not end an evaluation of many
         prediction = dspy.Prediction(answer="", short_answer="", draft="", citations=[], passages=[], failed=str(exc))
     seconds = time.perf_counter() - started
-    usage = usage_since(lm, start)
+    usage = usage_after(marked)
     trajectory = getattr(prediction, "trajectory", None)
     lm_seconds = trajectory.lm_seconds if trajectory else None  # only the deep program times its calls
     return prediction, {"lm_calls": usage["lm_calls"], "tokens": usage["prompt_tokens"] + usage["completion_tokens"],

@@ -23,7 +23,7 @@ from dspy_rag.evals.rows import weighted
 from dspy_rag.evals.stats import gain_interval, verdict
 from dspy_rag.evals.stored_runs import AnswerRuns
 from dspy_rag.ledger import LedgerEntry, append
-from dspy_rag.models import build_lm, usage_since
+from dspy_rag.models import build_lm, mark, planner_lm, usage_after
 from dspy_rag.optimizers.evidence import with_found_evidence
 from dspy_rag.optimizers.pool import Pool, PooledProgram, SetPrograms
 from dspy_rag.optimizers.teleprompters import OPTIMIZERS, Optimizer, settings_for
@@ -233,7 +233,7 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
     if request.parent:
         parent = artifacts.load(artifacts.locate(request.parent, config.artifacts.path), program)
         reporter.say(f"starting from {parent.name} (compiled for {parent.model} by {parent.optimizer})")
-    starts = {id(m): len(m.history) for m in (lm, teacher) if m is not None}
+    marked = mark(lm, teacher, planner_lm(config.lm))
     with mlflow_run(config, name, reporter.say) as tracked:
         with reporter.bars() as bars:
             tracker = Tracker(bars, pool.key)
@@ -245,7 +245,7 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
                 dev = StoredScores(store, config, pool, SetPrograms(config, tools), name)
                 outcome = optimize(program, data, optimizer, settings, metric, dev, teacher, lm, tracker)
         before, after = outcome.before, outcome.after
-        usage = [usage_since(m, starts[id(m)]) for m in (lm, teacher) if m is not None]
+        usage = usage_after(marked)
         manifest = artifacts.Manifest(
             name=name, program=type(program).__name__, predictors=artifacts.program_signature(outcome.program),
             model=model, optimizer=optimizer.name, trainset=pool.name, trainset_hash=pool.content_hash,
@@ -256,8 +256,8 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
             optimizer_settings={**settings, "threshold": request.threshold, "train": len(data.train),
                                 "val": len(data.val),
                                 **({"candidates": outcome.candidates} if outcome.candidates else {})},
-            parent=request.parent and parent.name, lm_calls=sum(u["lm_calls"] for u in usage),
-            tokens=sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage),
+            parent=request.parent and parent.name, lm_calls=usage["lm_calls"],
+            tokens=usage["prompt_tokens"] + usage["completion_tokens"],
             seconds=round(time.perf_counter() - started, 1),
             dev_scores={pool.key(e): [round(b, 4), round(a, 4)] for e, b, a in zip(data.dev, before, after, strict=True)},
             dev_reused=dev.tally.reused)

@@ -9,6 +9,7 @@ answer are researched at once, and the policy decides after each such batch (pip
 be parsed after one retry degrades to a safe fallback, and the trajectory says so.
 """
 
+from contextlib import nullcontext
 from functools import partial
 
 import dspy
@@ -36,12 +37,16 @@ BATCHED = "researched at once with the next step; the policy decides after the b
 
 
 class DeepResearch(SharesTools, dspy.Module):
+    SHARED_TOOLS = SharesTools.SHARED_TOOLS | {"planner_lm"}
+
     def __init__(self, retriever: Retriever, reranker: Reranker | None = None, web: WebSearch | None = None,
                  top_n: int = 4, budgets: BudgetConfig | None = None, policy: PolicyMode = "llm",
                  on_event: Events = lambda kind, text: None, learned: LearnedPolicy | None = None,
                  evidence_chars: int = evidence_chars(4096), guards: GuardConfig | None = None,
-                 roles: RoleConfig | None = None, tiers: TierConfig | None = None, parallel_steps: int = 1) -> None:
-        """`parallel_steps`: independent plan steps researched at once (a served model takes them); 1: one by one."""
+                 roles: RoleConfig | None = None, tiers: TierConfig | None = None, parallel_steps: int = 1,
+                 planner_lm: dspy.LM | None = None) -> None:
+        """`parallel_steps`: independent plan steps researched at once (a served model takes them); 1: one by one.
+        `planner_lm`: the model the planner calls, when not the configured one."""
         super().__init__()
         guards, roles = guards or GuardConfig(), roles or RoleConfig()
         self.retriever = retriever
@@ -52,6 +57,7 @@ class DeepResearch(SharesTools, dspy.Module):
         self.on_event = on_event
         self.evidence_chars = evidence_chars
         self.parallel_steps = parallel_steps
+        self.planner_lm = planner_lm
         self.injection_guard = guards.injection
         self.artifact: str | None = None  # the compiled artifact whose prompts and demos it runs, if any
         self.planner = Planner(guards)
@@ -131,5 +137,6 @@ class DeepResearch(SharesTools, dspy.Module):
                            run=run)
 
     def plan(self, question: str, findings: list[str], run: ResearchRun) -> dspy.Prediction:
-        return self.planner(question=question, sections=self.retriever.index.section_titles,
-                            web_available=self.web is not None, findings=findings, run=run)
+        with dspy.context(lm=self.planner_lm) if self.planner_lm else nullcontext():
+            return self.planner(question=question, sections=self.retriever.index.section_titles,
+                                web_available=self.web is not None, findings=findings, run=run)

@@ -110,7 +110,7 @@ def query_for(rewritten: str, sub_question: str, findings: list[str]) -> tuple[s
     Business section instead of the Risk Factors)."""
     query = " ".join(rewritten.split())
     plain = query.lower()
-    found = [" ".join(f.split()).lower() for f in findings]
+    found = [wording(f) for f in findings]
     heads = [f[:COPIED_CHARS].rstrip(". ") for f in found]
     copied = any(len(head) >= COPIED_CHARS // 2 and head in plain for head in heads) or (
         len(plain) >= COPIED_CHARS and any(plain[:COPIED_CHARS] in f for f in found))

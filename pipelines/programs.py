@@ -10,7 +10,7 @@ from dspy_rag import artifacts
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
-from dspy_rag.models import served
+from dspy_rag.models import planner_lm, served
 from dspy_rag.pipelines.baseline import BaselineRAG
 from dspy_rag.pipelines.conflict_note import ConflictGuard
 from dspy_rag.pipelines.deep import DeepResearch
@@ -38,7 +38,8 @@ def build_program(pipeline: Pipeline, settings: Config, index: Index, web: WebSe
                         policy, on_event=on_event, learned=learned,
                         evidence_chars=evidence_chars(settings.lm.context_window), guards=settings.guards,
                         roles=settings.roles, tiers=settings.tiers,
-                        parallel_steps=settings.lm.parallel_steps if served(settings.lm.model) else 1)
+                        parallel_steps=settings.lm.parallel_steps if served(settings.lm.model) else 1,
+                        planner_lm=planner_lm(settings.lm))
 
 
 def program_for(pipeline: str, settings: Config, store: Index, searcher: WebSearch | None, policy: str = "llm",

@@ -32,12 +32,15 @@ def eval_command(
     take: Annotated[int, typer.Option(min=1, help="2, 3 ...: run every question again as a repeat measurement, "
                                       "kept apart in the run store (it resumes, and is reused as that take), for "
                                       "the run-to-run noise; write it to its own --out")] = 1,
+    planner_model: Annotated[list[str] | None, typer.Option(help="deep: a model of its own for the planner, or none "
+                                                            "for the column's model (repeat; default lm.planner_model)")]
+    = None,
     config: ConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Evaluate pipelines, artifacts and models side by side on a trainset's dev questions."""
     report = run_eval(config_of(config), questions, pipeline, artifact, model, policy, without, limit, out_dir, judge,
-                      STDERR, with_, take)
+                      STDERR, with_, take, planner_model)
     if as_json:
         print_json(report)
         return

@@ -1,0 +1,101 @@
+"""A planner model of its own (`lm.planner_model`): the planner's call goes to it and every other call to the
+model, the run's LM calls count both, the run store keys runs by it, and eval names its column."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+
+from conftest import invoke, scratch_config
+from dspy_rag.config import Config
+from dspy_rag.evals.evaluate import Column, columns_of
+from dspy_rag.evals.rows import run_question
+from dspy_rag.index import Index
+from dspy_rag.models import planner_lm
+from dspy_rag.pipelines.deep import DeepResearch
+from dspy_rag.retrieval import Retriever
+from dspy_rag.run_store import run_settings
+from dspy_rag.trainsets.formats import Question
+
+TWO_STEPS = {"steps": [{"sub_question": "What was Data Center revenue?", "tool": "search_docs"},
+                       {"sub_question": "What was Gaming revenue?", "tool": "search_docs"}]}
+
+
+def researched(index: Index, planner: dspy.LM | None, main: list[dict[str, Any]]) -> tuple[dspy.Prediction, dict[str, Any]]:
+    lm = DummyLM(main, adapter=dspy.JSONAdapter())
+    program = DeepResearch(Retriever(index, top_k=4), planner_lm=planner)
+    with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+        return run_question(program, Question("q", "How did Data Center and Gaming revenue do?", "$15.01 billion"))
+
+
+def step(query: str) -> list[dict[str, Any]]:
+    return [{"query": query}, {"strategy": "hybrid", "reason": "figures"}]
+
+
+def test_the_planner_model_writes_the_plan_and_the_model_researches_it(folder: Path) -> None:
+    planner = DummyLM([TWO_STEPS], adapter=dspy.JSONAdapter())
+    main = [*step("Data Center revenue"), {"decision": "CONTINUE", "reason": "one left"}, *step("Gaming revenue"),
+            {"decision": "FINISH", "reason": "both found"}, {"short_answer": "$15.01 billion"}]
+    prediction, usage = researched(Index(scratch_config(folder)), planner, main)
+    trajectory = prediction.trajectory
+    assert [s.sub_question for s in trajectory.steps] == ["What was Data Center revenue?", "What was Gaming revenue?"]
+    assert len(planner.history) == 1 and usage["lm_calls"] == len(main) + 1 == trajectory.lm_calls
+
+
+def test_without_a_planner_model_the_model_plans(folder: Path) -> None:
+    main = [TWO_STEPS, *step("Data Center revenue"), {"decision": "FINISH", "reason": "enough"},
+            {"short_answer": "$15.01 billion"}]
+    prediction, usage = researched(Index(scratch_config(folder)), None, main)
+    assert len(prediction.trajectory.steps) == 1 and usage["lm_calls"] == len(main)
+
+
+def test_a_planner_model_is_built_once_and_only_when_it_differs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dspy_rag import models
+
+    built: list[str] = []
+    monkeypatch.setattr(models, "_PLANNERS", {})
+    monkeypatch.setattr(models, "build_lm", lambda config: built.append(config.model) or DummyLM([]))
+    config = scratch_config(Path("/nonexistent"))
+    assert planner_lm(config.lm) is None
+    same = config.lm.model_copy(update={"planner_model": config.lm.model})
+    assert planner_lm(same) is None
+    other = config.lm.model_copy(update={"planner_model": "local/qwen2.5-coder-1.5b"})
+    assert planner_lm(other) is planner_lm(other) and built == ["local/qwen2.5-coder-1.5b"]
+
+
+def with_planner(config: Config, model: str | None) -> Config:
+    return config.model_copy(update={"lm": config.lm.model_copy(update={"planner_model": model})})
+
+
+def test_the_run_store_keys_runs_by_the_planner_model() -> None:
+    config = scratch_config(Path("/nonexistent"))
+    alone = run_settings(config)
+    assert "planner_model" not in alone["lm"]  # runs without one keep their keys
+    assert run_settings(with_planner(config, "local/qwen2.5-coder-1.5b")) != alone
+    assert run_settings(with_planner(config, "local/qwen2.5-coder-1.5b")) != run_settings(
+        with_planner(config, "openai/gpt-4o-mini"))
+
+
+def test_eval_runs_the_deep_program_once_per_planner_model_and_names_it() -> None:
+    columns = columns_of(["baseline", "deep"], ["none"], ["local/qwen2.5-coder-0.5b"],
+                         planners=[None, "local/qwen2.5-coder-1.5b"])
+    assert [c.label for c in columns] == ["baseline@qwen2.5-coder-0.5b", "deep@qwen2.5-coder-0.5b",
+                                          "deep@qwen2.5-coder-0.5b+planner-qwen2.5-coder-1.5b"]
+    assert Column("deep", "none", "local/qwen2.5-coder-0.5b").planner is None
+
+
+@pytest.mark.slow
+def test_ask_plans_with_the_real_local_model_and_researches_with_the_served_one(workspace: Path,
+                                                                                fake_lm: Any) -> None:
+    trace = workspace / "trace.json"
+    result = invoke("ask", "What was Data Center revenue in fiscal 2023?", "--planner-model",
+                    "local/qwen2.5-coder-0.5b", "--trace", str(trace), "--json")
+    assert result.returncode == 0, result.stderr
+    asked = [payload["messages"][-1]["content"] for _headers, payload in fake_lm.requests]
+    assert asked and not any("`steps`" in prompt for prompt in asked)  # the served model never planned
+    assert json.loads(result.stdout)["lm_calls"] == len(asked) + 1
+    plan = json.loads(trace.read_text())["plans"][0]
+    assert plan and all(step["sub_question"] for step in plan)
