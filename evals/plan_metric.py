@@ -9,6 +9,7 @@ plan that asks the whole question again, once or four times, matches one gold st
 """
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from dspy_rag.evals.metrics import token_f1
 from dspy_rag.pipelines.guards import without_repeats
 from dspy_rag.pipelines.lm_calls import LMCalls
 from dspy_rag.pipelines.planner import Planner
-from dspy_rag.pipelines.research_run import ResearchRun
+from dspy_rag.pipelines.research_run import ResearchRun, SharesTools
 from dspy_rag.pipelines.trajectory import Trajectory
 from dspy_rag.signatures import Step
 from dspy_rag.signatures.planner import EARLIER_ANSWER
@@ -104,10 +105,13 @@ def with_gold_plans(examples: list[dspy.Example]) -> list[dspy.Example]:
             .with_inputs("question", "trainset") for e in examples if e.get("steps")]
 
 
-class Planning(dspy.Module):
+class Planning(SharesTools, dspy.Module):
     """The program's planner on its own, given what the research gives it at the start on the question's set: the
-    set's section titles, whether the web is on, no findings. Its plan comes back as the planner wrote it, repeats
-    and all (the metric counts them), after the planner's other guards."""
+    set's section titles, whether the web is on, no findings; on the program's planner model when it has one. Its
+    plan comes back as the planner wrote it, repeats and all (the metric counts them), after the planner's other
+    guards."""
+
+    SHARED_TOOLS = frozenset({"planner_lm"})  # an optimizer's copies plan with the same loaded model
 
     def __init__(self, programs: dict[str, dspy.Module]) -> None:
         """`programs`: the deep program bound to each set's tools, by set name; the first one's planner is used."""
@@ -116,10 +120,13 @@ class Planning(dspy.Module):
         self.planner = Planner(first.planner.guards.model_copy(update={"repeated_step": False}))
         self.planner.predict.load_state(first.planner.predict.dump_state())
         self.budgets = first.budgets
+        self.planner_lm: dspy.LM | None = first.planner_lm
         self.tools = {name: (p.retriever.index.section_titles, p.web is not None) for name, p in programs.items()}
 
     def forward(self, question: str, trainset: str) -> dspy.Prediction:
         sections, web_available = self.tools[trainset]
         record = Trajectory(question, "plan", "none", "on" if web_available else "off")
         run = ResearchRun(record, LMCalls(self.budgets, record.calls), lambda kind, text: None)
-        return self.planner(question=question, sections=sections, web_available=web_available, findings=[], run=run)
+        with dspy.context(lm=self.planner_lm) if self.planner_lm else nullcontext():
+            return self.planner(question=question, sections=sections, web_available=web_available, findings=[],
+                                run=run)

@@ -122,3 +122,16 @@ def test_plan_scores_reports_a_planner_against_the_dev_gold_plans(other: Path, t
     assert untold["distinct_steps"] == untold["gold_steps"] == 1.0 and untold["one_step_share"] == 1.0
     with pytest.raises(UserError, match="has a gold plan"):
         plan_scores.plan_scores(str(trainset), "local/qwen2.5-coder-0.5b", "none")  # its dev questions have none
+
+
+def test_planning_plans_with_the_programs_planner_model(folder: Path) -> None:
+    from dspy_rag.evals.plan_metric import Planning
+    from dspy_rag.pipelines.deep import DeepResearch
+    from dspy_rag.retrieval import Retriever
+
+    planner = DummyLM([{"steps": [s.model_dump() for s in GOLD]}], adapter=dspy.JSONAdapter())
+    program = DeepResearch(Retriever(Index(scratch_config(folder)), top_k=4), planner_lm=planner)
+    planning = Planning({"musique": program}).deepcopy()  # as GEPA copies it: the loaded model is shared
+    with dspy.context(lm=DummyLM([], adapter=dspy.JSONAdapter()), adapter=dspy.JSONAdapter()):
+        planned = planning(question=QUESTION, trainset="musique")
+    assert planning.planner_lm is planner and match(planned.steps, GOLD).score == 1.0
