@@ -461,9 +461,10 @@ class Measurement:
 def record(config: Config, on: Measurement, measured: Measured, columns: list[Column],
            weights: dict[str, float]) -> None:
     """One ledger line per column and set, and per column on the pooled sets. The ledger follows prompts
-    across recompiles, so a column that only swaps the stopping policy is no new program. A column whose every run
-    was reused writes its line only when the ledger lacks that measurement (its runs were made by a compile's dev
-    scoring or another set's eval), marked as reused. Costs are those of the runs made now. A compiled column
+    across recompiles of one model, so a column that only swaps the stopping policy, switches a guard or role, or
+    plans with a model of its own writes none (its line would pass for the program's own). A column whose every
+    run was reused writes its line only when the ledger lacks that measurement (its runs were made by a compile's
+    dev scoring or another set's eval), marked as reused. Costs are those of the runs made now. A compiled column
     measured beside the uncompiled program carries the paired interval of its gain over it."""
     from dspy_rag.evals.research_metric import describe
 
@@ -472,7 +473,7 @@ def record(config: Config, on: Measurement, measured: Measured, columns: list[Co
 
     path = ledger_path(config)
     known = {measurement(e) for e in read(path)}
-    for column in (c for c in columns if c.policy == "llm" and c.switch is None):
+    for column in (c for c in columns if c.policy == "llm" and c.switch is None and c.planner is None):
         new, uncompiled = [] if on.pooled else measured.new[column], Column("deep", "none", column.model)
         beside = column.pipeline == "deep" and column != uncompiled and uncompiled in measured.rows
         entry = LedgerEntry(

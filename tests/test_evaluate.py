@@ -304,3 +304,21 @@ def test_the_ledger_names_the_artifact_auto_loaded(tmp_path: Path) -> None:
     (tmp_path / default_name("local/m")).mkdir()
     assert evaluate.ledger_name(auto, tmp_path) == default_name("local/m")
     assert evaluate.ledger_name(evaluate.Column("baseline", "none", "local/m"), tmp_path) == "baseline"
+
+
+def test_a_planner_model_column_plans_with_its_model_and_writes_no_ledger_line(
+        trainset: Path, tmp_path: Path, scripted: list[DummyLM], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(models, "_PLANNERS", {})  # the planner is built in this eval, by the scripted build_lm
+    result = eval_cli(trainset, tmp_path / "out", "--planner-model", "none",
+                      "--planner-model", "local/qwen2.5-coder-1.5b")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert list(report["columns"]) == ["deep@qwen2.5-coder-0.5b", "deep@qwen2.5-coder-0.5b+planner-qwen2.5-coder-1.5b"]
+
+    def plans(lm: DummyLM) -> int:
+        return sum("`steps`" in call["messages"][-1]["content"] for call in lm.history)
+
+    model, planner = scripted  # the planner model loaded once, apart from the model
+    assert plans(model) == 2 and plans(planner) == len(planner.history) == 2  # each column planned both questions
+    entries = read(tmp_path / "artifacts" / "ledger.jsonl")
+    assert [(e.artifact, e.score) for e in entries] == [(None, report["columns"]["deep@qwen2.5-coder-0.5b"]["score"])]
