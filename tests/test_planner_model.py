@@ -88,8 +88,11 @@ def test_eval_runs_the_deep_program_once_per_planner_model_and_names_it() -> Non
 
 
 @pytest.mark.slow
-def test_ask_plans_with_the_real_local_model_and_researches_with_the_served_one(workspace: Path,
-                                                                                fake_lm: Any) -> None:
+def test_ask_plans_with_the_real_local_model_and_researches_with_the_served_one(
+        workspace: Path, fake_lm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dspy_rag import models
+
+    monkeypatch.setattr(models, "_PLANNERS", {})  # the loaded model is freed with the test, not at interpreter exit
     trace = workspace / "trace.json"
     result = invoke("ask", "What was Data Center revenue in fiscal 2023?", "--planner-model",
                     "local/qwen2.5-coder-0.5b", "--trace", str(trace), "--json")
