@@ -82,6 +82,11 @@ def feedback(result: PlanMatch, gold: list[Step]) -> str:
     return ". ".join(parts) + "."
 
 
+def gold_plan(example: dspy.Example) -> list[Step]:
+    """The example's gold plan (`steps`) as steps, however the example holds them."""
+    return [s if isinstance(s, Step) else Step(**s) for s in example.steps]
+
+
 class PlanMetric:
     """The plan's score against the example's gold plan (`steps`); with GEPA's arguments, the score and written
     feedback. `on_score` sees every scored plan (compile's progress)."""
@@ -91,7 +96,7 @@ class PlanMetric:
 
     def __call__(self, example: dspy.Example, prediction: dspy.Prediction, trace: Any = None,
                  pred_name: str | None = None, pred_trace: Any = None) -> float | dspy.Prediction:
-        gold = [s if isinstance(s, Step) else Step(**s) for s in example.steps]
+        gold = gold_plan(example)
         result = match(list(prediction.steps), gold)
         self.on_score(example, prediction, result.score)
         if pred_name is not None:

@@ -16,11 +16,10 @@ import dspy
 
 from dspy_rag.config import load_config
 from dspy_rag.errors import UserError
-from dspy_rag.evals.plan_metric import Planning, match, with_gold_plans
+from dspy_rag.evals.plan_metric import Planning, gold_plan, match, with_gold_plans
 from dspy_rag.evals.research_metric import example_of
 from dspy_rag.models import build_lm
 from dspy_rag.pipelines.programs import program_for
-from dspy_rag.signatures import Step
 from dspy_rag.trainsets.registry import load_trainsets
 
 
@@ -34,8 +33,8 @@ def plan_scores(trainsets: str, model: str, artifact: str) -> dict[str, object]:
     planning = Planning({s.name: program_for("deep", config, s.index(config), s.web(config), artifact=artifact)
                          for s in sets})
     started = time.perf_counter()
-    matches = {e.id: match(list(planning(question=e.question, trainset=e.trainset).steps),
-                           [Step(**s) if isinstance(s, dict) else s for s in e.steps]) for e in examples}
+    matches = {e.id: match(list(planning(question=e.question, trainset=e.trainset).steps), gold_plan(e))
+               for e in examples}
     results = list(matches.values())
     return {"trainsets": trainsets, "model": model, "artifact": artifact, "questions": len(results),
             "score": round(mean(r.score for r in results), 4),

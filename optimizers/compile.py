@@ -26,15 +26,13 @@ from dspy_rag.ledger import LedgerEntry, append
 from dspy_rag.models import build_lm, mark, planner_lm, usage_after
 from dspy_rag.optimizers.evidence import with_found_evidence
 from dspy_rag.optimizers.pool import Pool, PooledProgram, SetPrograms
-from dspy_rag.optimizers.teleprompters import OPTIMIZERS, Optimizer, settings_for
+from dspy_rag.optimizers.teleprompters import CALLS_PER_RUN, OPTIMIZERS, Optimizer, settings_for
 from dspy_rag.pipelines.programs import build_program
 from dspy_rag.reporter import QUIET, Bars, Reporter
 from dspy_rag.retrieval import Retriever
 from dspy_rag.run_store import RunStore, Tally, code_version, run_context
 from dspy_rag.tracking import mlflow_run
 
-# Measured on the dev sets (eval): the deep program with the LM policy makes 8-10 calls a question.
-CALLS_PER_RUN = 9
 SECONDS_PER_CALL = {"local/qwen2.5-coder-0.5b": 6.5, "local/qwen2.5-coder-1.5b": 16.0}
 VALSET_SHARE = 4  # optimizers that search keep every 4th train example aside to score candidates
 

@@ -135,8 +135,9 @@ def _planner(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None,
     return PlannerInstructions(PlanMetric(metric.on_score), s["max_metric_calls"], s["minibatch"], teacher or lm)
 
 
-# A planner call is about a ninth of a research run's calls: the planner optimizer's runs in those units.
-PLANNER_CALLS_PER_RUN = 9
+# Measured on the dev sets (eval): the deep program with the LM policy makes 8-10 calls a question. A planner
+# call is one of them: the planner optimizer's cost is given in runs of that many calls.
+CALLS_PER_RUN = 9
 
 OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
     Optimizer("labeled", {"k": 3, "stratify": True}, _labeled, lambda train, val, s: 0),
@@ -156,7 +157,7 @@ OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
     Optimizer("gepa", {"max_metric_calls": 24, "minibatch": 2}, _gepa,
               lambda train, val, s: s["max_metric_calls"], needs_valset=True),
     Optimizer("planner", {"max_metric_calls": 160, "minibatch": 3}, _planner,
-              lambda train, val, s: -(-s["max_metric_calls"] // PLANNER_CALLS_PER_RUN), needs_valset=True),
+              lambda train, val, s: -(-s["max_metric_calls"] // CALLS_PER_RUN), needs_valset=True),
 )}
 
 
