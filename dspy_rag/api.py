@@ -180,6 +180,7 @@ class Answer:
         result, research = self.result, self.research
         return {
             "question": self.question, "pipeline": research.pipeline, "model": research.config.lm.model,
+            "planner_model": research.config.lm.separate_planner if research.pipeline == "deep" else None,
             "answer": result.answer, "short_answer": result.short_answer,
             "artifact": research.program.artifact if research.pipeline == "deep" else None,
             "citations": [vars(c) for c in result.citations], "flagged": getattr(result, "flagged", []),

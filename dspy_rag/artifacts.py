@@ -55,6 +55,7 @@ class Manifest:
     dev_before: float | None
     dev_after: float | None
     teacher: str | None = None
+    planner_model: str | None = None  # the planner's own model while compiling (lm.planner_model), if any
     optimizer_settings: dict[str, Any] = field(default_factory=dict)
     parent: str | None = None
     lm_calls: int = 0

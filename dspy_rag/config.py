@@ -75,8 +75,8 @@ LOCAL_PREFIX = "local/"  # a model string naming a packaged model, run in-proces
 class LMConfig(Section):
     model: str = "local/qwen2.5-coder-0.5b"
     planner_model: str | None = Field(None, description="a model of its own for the deep program's planner, e.g. "
-                                      "local/qwen2.5-coder-1.5b, which splits questions the 0.5B asks in one step; "
-                                      "empty: the model plans")
+                                      "local/qwen2.5-coder-1.5b; it shares lm.api_base and lm.api_key only when "
+                                      "its provider is the model's; empty: the model plans")
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(512, ge=16, le=32768)
     api_base: HttpUrl | None = None
@@ -95,6 +95,11 @@ class LMConfig(Section):
     def embedded(self) -> bool:
         """The model runs in this process (llama.cpp), one call at a time; otherwise a server answers it."""
         return self.model.startswith(LOCAL_PREFIX)
+
+    @property
+    def separate_planner(self) -> str | None:
+        """`planner_model` when it names another model than `model`; None when the model plans."""
+        return self.planner_model if self.planner_model and self.planner_model != self.model else None
 
 
 class EmbeddingConfig(Section):

@@ -10,7 +10,7 @@ import os
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from filelock import FileLock
 
@@ -54,7 +54,12 @@ def ledger_path(config: Config) -> Path:
 def append(path: Path, entry: LedgerEntry) -> None:
     """Add one entry as one line, safely beside other writers and after a writer that crashed mid-line."""
     stamped = replace(entry, time=entry.time or datetime.now(UTC).isoformat(timespec="seconds"))
-    line = json_bytes(asdict(stamped)) + b"\n"
+    append_line(path, asdict(stamped))
+
+
+def append_line(path: Path, value: Any) -> None:
+    """Add `value` as one JSON line of `path`, under a lock beside other writers, after a torn last line."""
+    line = json_bytes(value) + b"\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(path.with_name(f".{path.name}.lock")):
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)

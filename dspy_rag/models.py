@@ -203,16 +203,33 @@ def build_lm(config: LMConfig) -> dspy.LM:
                         "openai/gpt-4o-mini") from exc
 
 
-_PLANNERS: dict[str, dspy.LM] = {}  # by settings: a process loads a planner model once
+_LOADED: dict[tuple[str, str], dspy.LM] = {}  # by settings and key: a process loads a model once
+
+
+def loaded(config: LMConfig) -> dspy.LM:
+    """`build_lm(config)`, built once a process for the same settings: a local model's weights load once, whether
+    it answers or plans."""
+    settings = config.model_copy(update={"planner_model": None})  # the model's own LM does not depend on it
+    key = (settings.model_dump_json(), settings.api_key.get_secret_value() if settings.api_key else "")
+    if key not in _LOADED:
+        _LOADED[key] = build_lm(settings)
+    return _LOADED[key]
+
+
+def provider(model: str) -> str:
+    """The provider a model string names (`openai/gpt-4o-mini`: openai); the whole string when it names none."""
+    return model.split("/", 1)[0] if "/" in model else model
 
 
 def planner_lm(config: LMConfig) -> dspy.LM | None:
-    """The planner's own model (`lm.planner_model`, with the other LM settings), built once a process; None when
-    the model plans."""
-    if not config.planner_model or config.planner_model == config.model:
+    """The planner's own model (`lm.planner_model`, with the other LM settings), loaded once a process; None when
+    the model plans. `api_base` and `api_key` go with it only when it has the model's provider: a key is never
+    sent to another provider."""
+    planner = config.separate_planner
+    if planner is None:
         return None
-    settings = config.model_copy(update={"model": config.planner_model, "planner_model": None})
-    key = settings.model_dump_json()
-    if key not in _PLANNERS:
-        _PLANNERS[key] = build_lm(settings)
-    return _PLANNERS[key]
+    own = {} if provider(planner) == provider(config.model) else {"api_base": None, "api_key": None}
+    try:
+        return loaded(config.model_copy(update={"model": planner, **own}))
+    except UserError as error:
+        raise UserError(f"lm.planner_model: {error}") from error

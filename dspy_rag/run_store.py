@@ -98,8 +98,8 @@ def run_settings(config: Config) -> dict[str, Any]:
     by content), not keys, timeouts, threads or caches."""
     lm = config.lm.model_dump(mode="json", include={"model", "temperature", "max_tokens", "api_base",
                                                      "context_window", "parallel_steps"})
-    if config.lm.planner_model:
-        lm["planner_model"] = config.lm.planner_model
+    if planner := config.lm.separate_planner:
+        lm["planner_model"] = planner
     web = config.web.model_dump(mode="json", include={"provider", "snapshot_path"})
     sections = ("embedding", "retrieval", "budgets", "guards", "roles", "tiers")
     return {"lm": lm, "web": web, **{s: getattr(config, s).model_dump(mode="json") for s in sections}}

@@ -101,10 +101,13 @@ def columns_of(pipelines: list[str], artifacts: list[str], models: list[str],
                planners: Sequence[str | None] = (None,)) -> list[Column]:
     """Every combination; artifacts, policies, planner models and ablations are the deep program's, so the other
     programs run once per model. Each deep column is followed by one column per guard or role switched."""
-    made = [column for m, p, a, policy, planner in itertools.product(models, pipelines, artifacts, policies, planners)
-            for column in ([Column(p, a, m, policy, None, planner),
-                            *(Column(p, a, m, policy, s, planner) for s in switches)] if p == "deep"
-                           else [Column(p, "none", m)])]
+    made: list[Column] = []
+    for m, p, a, policy, planner in itertools.product(models, pipelines, artifacts, policies, planners):
+        if p != "deep":
+            made.append(Column(p, "none", m))
+            continue
+        own = planner if planner != m else None  # a planner of the column's own model: the model plans
+        made += [Column(p, a, m, policy, s, own) for s in (None, *switches)]
     return list(dict.fromkeys(made))
 
 
@@ -324,7 +327,7 @@ def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str]
     import dspy
 
     from dspy_rag.evals.research_metric import DEFAULT_WEIGHTS, describe
-    from dspy_rag.models import build_lm
+    from dspy_rag.models import loaded
     from dspy_rag.pipelines.policy import PolicyMode
     from dspy_rag.pipelines.programs import program_for
 
@@ -354,13 +357,10 @@ def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str]
     folder = out_dir or RESULTS / (f"eval-{name}" if take == 1 else f"eval-{name}-take-{take}")
     if take > 1:  # a repeat measures the model's own run-to-run noise: no LM cache may answer for it
         config = config.model_copy(update={"lm": config.lm.model_copy(update={"cache": False})})
-    lms: dict[str, dspy.LM] = {}
 
     def lm_for(name: str) -> dspy.LM:
-        """One LM per model, shared by its columns and the judge."""
-        if name not in lms:
-            lms[name] = build_lm(config.lm.model_copy(update={"model": name}))
-        return lms[name]
+        """One LM per model, shared by its columns, the judge and a planner of the same model."""
+        return loaded(config.lm.model_copy(update={"model": name}))
 
     def settings_of(column: Column) -> Config:
         switch = column.switch

@@ -9,7 +9,6 @@ plan that asks the whole question again, once or four times, matches one gold st
 """
 
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +17,7 @@ import dspy
 from dspy_rag.evals.metrics import token_f1
 from dspy_rag.pipelines.guards import without_repeats
 from dspy_rag.pipelines.lm_calls import LMCalls
-from dspy_rag.pipelines.planner import Planner
+from dspy_rag.pipelines.planner import Planner, planning_on
 from dspy_rag.pipelines.research_run import ResearchRun, SharesTools
 from dspy_rag.pipelines.trajectory import Trajectory
 from dspy_rag.signatures import Step
@@ -32,7 +31,7 @@ class PlanMatch:
     distinct: int  # the plan's steps, its repeats left out
     written: int  # the plan's steps as the planner wrote them
     gold: int
-    matched: list[float]  # per gold step, the F1 of the planned step matched to it (0: none left)
+    matched: tuple[float, ...]  # per gold step, the F1 of the planned step matched to it (0: none left)
 
     @property
     def steps(self) -> float:
@@ -47,16 +46,15 @@ class PlanMatch:
         return (self.steps + self.coverage) / 2
 
 
-def asked(step: Step | dict[str, Any]) -> str:
+def without_earlier_answers(step: Step) -> str:
     """A step's sub-question without its references to earlier answers, which every chain step shares."""
-    sub_question = step.sub_question if isinstance(step, Step) else step["sub_question"]
-    return EARLIER_ANSWER.sub(" ", sub_question)
+    return EARLIER_ANSWER.sub(" ", step.sub_question)
 
 
 def match(planned: list[Step], gold: list[Step]) -> PlanMatch:
     """The plan against the gold plan: pairs taken best F1 first, each step of either plan in one pair at most."""
     distinct, _ = without_repeats(planned, 0)
-    pairs = sorted(((token_f1(asked(p), asked(g)), i, j) for i, p in enumerate(distinct) for j, g in enumerate(gold)),
+    pairs = sorted(((token_f1(without_earlier_answers(p), without_earlier_answers(g)), i, j) for i, p in enumerate(distinct) for j, g in enumerate(gold)),
                    reverse=True)
     matched = [0.0] * len(gold)
     used: set[int] = set()
@@ -64,22 +62,23 @@ def match(planned: list[Step], gold: list[Step]) -> PlanMatch:
         if i not in used and not matched[j]:
             matched[j] = f1
             used.add(i)
-    return PlanMatch(len(distinct), len(planned), len(gold), matched)
+    return PlanMatch(len(distinct), len(planned), len(gold), tuple(matched))
 
 
 def feedback(result: PlanMatch, gold: list[Step]) -> str:
     """What the plan got wrong, in words a reflection model can act on."""
     repeats = result.written - result.distinct
-    parts = [f"score {result.score:.2f}. The plan has {result.distinct} distinct step(s)"
+    parts = [f"Score {result.score:.2f}.",
+             f"The plan has {result.distinct} distinct step(s)"
              + (f" ({repeats} more repeated an earlier step word for word, which researches nothing new)"
                 if repeats else "")
-             + f"; the question needs {result.gold}: "
-             + " ".join(f"{n}. {g.sub_question}" for n, g in enumerate(gold, start=1))]
+             + f"; the question needs {result.gold}:",
+             *(f"{n}. {g.sub_question}" for n, g in enumerate(gold, start=1))]
     missing = [n for n, f1 in enumerate(result.matched, start=1) if f1 < ASKED]
     if missing:
         parts.append("No step asks gold step " + ", ".join(map(str, missing))
-                     + "; a step should ask one fact, naming what an earlier step found as 'the answer of step N'")
-    return ". ".join(parts) + "."
+                     + "; a step should ask one fact, naming what an earlier step found as 'the answer of step N'.")
+    return " ".join(parts)
 
 
 def gold_plan(example: dspy.Example) -> list[Step]:
@@ -98,19 +97,19 @@ class PlanMetric:
                  pred_name: str | None = None, pred_trace: Any = None) -> float | dspy.Prediction:
         gold = gold_plan(example)
         result = match(list(prediction.steps), gold)
-        self.on_score(example, prediction, result.score)
-        if pred_name is not None:
+        if pred_name is not None:  # GEPA asking for feedback on a plan it has already scored
             return dspy.Prediction(score=result.score, feedback=feedback(result, gold))
+        self.on_score(example, prediction, result.score)
         return result.score
 
 
 def with_gold_plans(examples: list[dspy.Example]) -> list[dspy.Example]:
-    """The examples that have a gold plan, as `Planning` takes them: the question and its set."""
+    """The examples that have a gold plan, as `PlannerAlone` takes them: the question and its set."""
     return [dspy.Example(id=e.id, question=e.question, trainset=e.trainset, steps=e.steps)
             .with_inputs("question", "trainset") for e in examples if e.get("steps")]
 
 
-class Planning(SharesTools, dspy.Module):
+class PlannerAlone(SharesTools, dspy.Module):
     """The program's planner on its own, given what the research gives it at the start on the question's set: the
     set's section titles, whether the web is on, no findings; on the program's planner model when it has one. Its
     plan comes back as the planner wrote it, repeats and all (the metric counts them), after the planner's other
@@ -132,6 +131,6 @@ class Planning(SharesTools, dspy.Module):
         sections, web_available = self.tools[trainset]
         record = Trajectory(question, "plan", "none", "on" if web_available else "off")
         run = ResearchRun(record, LMCalls(self.budgets, record.calls), lambda kind, text: None)
-        with dspy.context(lm=self.planner_lm) if self.planner_lm else nullcontext():
+        with planning_on(self.planner_lm):
             return self.planner(question=question, sections=sections, web_available=web_available, findings=[],
                                 run=run)

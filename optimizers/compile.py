@@ -92,18 +92,19 @@ class Tracker:
     def __init__(self, bars: Bars, key: Callable[[dspy.Example], str] = lambda example: example.id) -> None:
         self.bars, self.key = bars, key  # key: an example's id in the artifact (SET:ID when pooled)
         self.phase = self.label = ""
+        self.unit = "run"
         self.done = 0
         self.learned_from: list[dict[str, Any]] = []
 
-    def start(self, phase: str, label: str, total: int | None) -> None:
-        self.phase, self.label, self.done = phase, label, 0
+    def start(self, phase: str, label: str, total: int | None, unit: str = "run") -> None:
+        self.phase, self.label, self.unit, self.done = phase, label, unit, 0
         self.bars.start(label, total)
 
     def __call__(self, example: dspy.Example, prediction: dspy.Prediction | None, score: float) -> None:
-        """One scored run; no prediction when the run came from the run store."""
+        """One scored run or plan; no prediction when the run came from the run store."""
         self.done += 1
         how = "scored" if prediction is not None else "reused from the run store"
-        self.bars.advance(f"{self.label}: run {self.done} ({example.id}) {how} {score:.3f}")
+        self.bars.advance(f"{self.label}: {self.unit} {self.done} ({example.id}) {how} {score:.3f}")
         trajectory = getattr(prediction, "trajectory", None)
         if self.phase == "optimize" and trajectory is not None:
             self.learned_from.append({"example": self.key(example), "score": round(score, 4),
@@ -175,8 +176,8 @@ def optimize(program: dspy.Module, data: Splits, optimizer: Optimizer, settings:
     candidates on validation questions (`scorer`) scores them through the run store too, apart from the dev tally."""
     tracker.start("before", f"dev before ({len(data.dev)})", len(data.dev))
     before = dev.scores(program, data.dev, metric)
-    runs = optimizer.runs(len(data.train), len(data.val), settings)
-    tracker.start("optimize", f"optimize ({optimizer.name}, ≤{runs} runs)", None)
+    scored, unit = optimizer.scored(len(data.train), len(data.val), settings), optimizer.unit
+    tracker.start("optimize", f"optimize ({optimizer.name}, ≤{scored} {unit}s)", None, unit)
     teleprompter = optimizer.build(metric, settings, teacher, lm)
     if hasattr(teleprompter, "scorer"):
         validation = StoredScores(dev.store, dev.config, dev.pool, dev.programs, dev.name)
@@ -250,7 +251,7 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
             trainsets=pool.record(),
             metric=metric.name, weights=metric.weights, dev_questions=len(data.dev),
             dev_before=round(sum(before) / len(before), 4), dev_after=round(sum(after) / len(after), 4),
-            teacher=request.teacher,
+            teacher=request.teacher, planner_model=config.lm.separate_planner,
             optimizer_settings={**settings, "threshold": request.threshold, "train": len(data.train),
                                 "val": len(data.val),
                                 **({"candidates": outcome.candidates} if outcome.candidates else {})},

@@ -8,12 +8,12 @@ import dspy
 from dspy.teleprompt import GEPA, Teleprompter
 
 from dspy_rag.errors import UserError
-from dspy_rag.evals.plan_metric import PlanMetric, Planning, with_gold_plans
+from dspy_rag.evals.plan_metric import PlanMetric, PlannerAlone, with_gold_plans
 from dspy_rag.optimizers.pool import PooledProgram
 
 
 class PlannerInstructions(Teleprompter):
-    """GEPA over `Planning`, its best instruction then set on the student's planner. `candidates` lists the
+    """GEPA over `PlannerAlone`, its best instruction then set on the student's planner. `candidates` lists the
     instructions GEPA kept, each with its validation score."""
 
     def __init__(self, metric: PlanMetric, max_metric_calls: int, minibatch: int,
@@ -32,7 +32,7 @@ class PlannerInstructions(Teleprompter):
                             "trainset whose questions carry plans (musique, nvidia-10k)")
         programs = (student.programs if isinstance(student, PooledProgram)
                     else dict.fromkeys({e.trainset for e in train + val}, student))
-        planning = Planning(programs)
+        planning = PlannerAlone(programs)
         gepa = GEPA(self.metric, max_metric_calls=self.max_metric_calls, reflection_lm=self.reflection_lm,
                     reflection_minibatch_size=self.minibatch, num_threads=1, track_stats=True, use_merge=False)
         best = gepa.compile(planning, trainset=train, valset=val)
@@ -46,5 +46,6 @@ class PlannerInstructions(Teleprompter):
         return program
 
 
-def instruction(planning: Planning) -> str:
+def instruction(planning: PlannerAlone) -> str:
+    """The planner's instruction as `planning` holds it."""
     return planning.planner.predict.signature.instructions

@@ -24,16 +24,28 @@ Build = Callable[[ResearchMetric, dict[str, Any], dspy.LM | None, dspy.LM], Any]
 Scorer = Callable[[dspy.Module, list[dspy.Example]], float]
 
 
+# Measured on the dev sets (eval): the deep program with the LM policy makes 8-10 calls a question. A planner
+# call is one of them: the planner optimizer's cost is given in runs of that many calls.
+CALLS_PER_RUN = 9
+
+
 @dataclass(frozen=True)
 class Optimizer:
     name: str
     defaults: dict[str, Any]
     build: Build
-    # Program runs the optimizer makes, from the train and validation sizes and its settings (an upper bound).
-    runs: Callable[[int, int, dict[str, Any]], int]
-    # Extra arguments to `compile` beyond student and trainset.
+    # What the optimizer's metric scores, in `unit`s, from the train and validation sizes and its settings (an
+    # upper bound).
+    scored: Callable[[int, int, dict[str, Any]], int]
     needs_valset: bool = False
+    # Extra arguments to `compile` beyond student and trainset.
     compile_args: Callable[[dict[str, Any]], dict[str, Any]] = lambda settings: {}
+    unit: str = "run"  # what one metric call scores: a whole program run, or a "plan" (one planner call)
+
+    def runs(self, train: int, val: int, settings: dict[str, Any]) -> int:
+        """What the optimizer scores, in program runs of CALLS_PER_RUN calls."""
+        scored = self.scored(train, val, settings)
+        return scored if self.unit == "run" else -(-scored // CALLS_PER_RUN)
 
 
 def labels_all_outputs(example: dspy.Example, predictor: dspy.Predict) -> bool:
@@ -135,10 +147,6 @@ def _planner(metric: ResearchMetric, s: dict[str, Any], teacher: dspy.LM | None,
     return PlannerInstructions(PlanMetric(metric.on_score), s["max_metric_calls"], s["minibatch"], teacher or lm)
 
 
-# Measured on the dev sets (eval): the deep program with the LM policy makes 8-10 calls a question. A planner
-# call is one of them: the planner optimizer's cost is given in runs of that many calls.
-CALLS_PER_RUN = 9
-
 OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
     Optimizer("labeled", {"k": 3, "stratify": True}, _labeled, lambda train, val, s: 0),
     Optimizer("labeled-search", {"k": 3, "stratify": True, "draws": 3, "validation": 24},
@@ -157,7 +165,7 @@ OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
     Optimizer("gepa", {"max_metric_calls": 24, "minibatch": 2}, _gepa,
               lambda train, val, s: s["max_metric_calls"], needs_valset=True),
     Optimizer("planner", {"max_metric_calls": 160, "minibatch": 3}, _planner,
-              lambda train, val, s: -(-s["max_metric_calls"] // CALLS_PER_RUN), needs_valset=True),
+              lambda train, val, s: s["max_metric_calls"], needs_valset=True, unit="plan"),
 )}
 
 

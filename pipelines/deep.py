@@ -9,7 +9,6 @@ answer are researched at once, and the policy decides after each such batch (pip
 be parsed after one retry degrades to a safe fallback, and the trajectory says so.
 """
 
-from contextlib import nullcontext
 from functools import partial
 
 import dspy
@@ -19,7 +18,7 @@ from dspy_rag.pipelines.conflict_note import ConflictGuard, document_kinds
 from dspy_rag.pipelines.evidence import evidence_chars, final_evidence, question_passages
 from dspy_rag.pipelines.learned_policy import LearnedPolicy
 from dspy_rag.pipelines.lm_calls import BudgetExhausted, LMCalls
-from dspy_rag.pipelines.planner import Planner
+from dspy_rag.pipelines.planner import Planner, planning_on
 from dspy_rag.pipelines.policy import PolicyMode, ResearchPolicy
 from dspy_rag.pipelines.research_run import Events, ResearchRun, SharesTools
 from dspy_rag.pipelines.router import Router, coverage
@@ -137,6 +136,6 @@ class DeepResearch(SharesTools, dspy.Module):
                            run=run)
 
     def plan(self, question: str, findings: list[str], run: ResearchRun) -> dspy.Prediction:
-        with dspy.context(lm=self.planner_lm) if self.planner_lm else nullcontext():
+        with planning_on(self.planner_lm):
             return self.planner(question=question, sections=self.retriever.index.section_titles,
                                 web_available=self.web is not None, findings=findings, run=run)

@@ -1,5 +1,8 @@
 """The planner role: the research's steps, checked by the web_routing and repeated_step guards."""
 
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
 import dspy
 
 from dspy_rag.config import GuardConfig
@@ -8,6 +11,11 @@ from dspy_rag.pipelines.research_run import ResearchRun
 from dspy_rag.signatures import PlanResearch, Step
 
 MAX_SECTIONS_SHOWN = 40  # a corpus of many small documents has a title per passage: too many to plan with
+
+
+def planning_on(lm: dspy.LM | None) -> AbstractContextManager[Any]:
+    """The planner's calls inside go to `lm`, the planner's own model, or to the configured model without one."""
+    return dspy.context(lm=lm) if lm is not None else nullcontext()
 
 
 class Planner(dspy.Module):

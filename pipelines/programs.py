@@ -54,6 +54,8 @@ def program_for(pipeline: str, settings: Config, store: Index, searcher: WebSear
                             "`dspy-rag distill-policy` for it first)")
         learned = LearnedPolicy.load(chosen)
         say(learned.describe())
+    if pipeline == "deep" and (planner := settings.lm.separate_planner):
+        say(f"the planner plans with {planner}")  # a local planner model's weights load now
     program = build_program(pipeline, settings, store, searcher, policy,  # type: ignore[arg-type]
                             on_event=lambda kind, text: say(text, kind), learned=learned)
     if pipeline != "deep" or chosen is None:

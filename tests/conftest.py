@@ -143,6 +143,10 @@ stored runs."""
     # Each test's runs in a store of its own, the `dspy-rag` it starts included: a run stored by one test (or by
     # the developer) would otherwise be reused by the next.
     monkeypatch.setenv("DSPY_RAG_RUNS", str(tmp_path / "runs.sqlite"))
+    # Each test's models loaded anew (a test scripts its own) and freed with it, not at interpreter exit.
+    from dspy_rag import models
+
+    monkeypatch.setattr(models, "_LOADED", {})
 
 
 def free_port() -> int:

@@ -288,7 +288,9 @@ def test_a_repair_column_runs_again_only_the_questions_with_something_to_repair(
     uncited = {"`rewrites`": {"rewrites": [""]}, **REPLIES,
                "Question:\n": {"short_answer": "forty two flying elephants"}}  # no passage states it: flagged
     monkeypatch.setattr(models, "build_lm", lambda _config: DummyLM(uncited, adapter=dspy.JSONAdapter()))
-    # another scripted model under the same name: a store of its own, or the first one's runs would be reused
+    # another scripted model under the same name, as a new process loads it: a store of its own, or the first
+    # one's runs would be reused
+    monkeypatch.setattr(models, "_LOADED", {})
     monkeypatch.setenv("DSPY_RAG_RUNS", str(tmp_path / "other-runs.sqlite"))
     result = eval_cli(trainset, tmp_path / "out2", "--with", "repair")
     assert result.exit_code == 0, result.output
@@ -308,7 +310,6 @@ def test_the_ledger_names_the_artifact_auto_loaded(tmp_path: Path) -> None:
 
 def test_a_planner_model_column_plans_with_its_model_and_writes_no_ledger_line(
         trainset: Path, tmp_path: Path, scripted: list[DummyLM], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(models, "_PLANNERS", {})  # the planner is built in this eval, by the scripted build_lm
     result = eval_cli(trainset, tmp_path / "out", "--planner-model", "none",
                       "--planner-model", "local/qwen2.5-coder-1.5b")
     assert result.exit_code == 0, result.output

@@ -11,7 +11,8 @@ from dspy.utils import DummyLM
 
 from conftest import invoke, scratch_config
 from dspy_rag.config import Config
-from dspy_rag.evals.evaluate import Column, columns_of
+from dspy_rag.errors import UserError
+from dspy_rag.evals.evaluate import columns_of
 from dspy_rag.evals.rows import run_question
 from dspy_rag.index import Index
 from dspy_rag.models import planner_lm
@@ -56,7 +57,6 @@ def test_a_planner_model_is_built_once_and_only_when_it_differs(monkeypatch: pyt
     from dspy_rag import models
 
     built: list[str] = []
-    monkeypatch.setattr(models, "_PLANNERS", {})
     monkeypatch.setattr(models, "build_lm", lambda config: built.append(config.model) or DummyLM([]))
     config = scratch_config(Path("/nonexistent"))
     assert planner_lm(config.lm) is None
@@ -64,6 +64,51 @@ def test_a_planner_model_is_built_once_and_only_when_it_differs(monkeypatch: pyt
     assert planner_lm(same) is None
     other = config.lm.model_copy(update={"planner_model": "local/qwen2.5-coder-1.5b"})
     assert planner_lm(other) is planner_lm(other) and built == ["local/qwen2.5-coder-1.5b"]
+
+
+@pytest.mark.parametrize(("model", "planner", "shared"), [
+    ("openai/gpt-4o-mini", "openai/gpt-4o", True),  # one provider, one key
+    ("openai/gpt-4o-mini", "anthropic/claude-3-5-haiku-latest", False),
+    ("openai/gpt-4o-mini", "local/qwen2.5-coder-1.5b", False),
+])
+def test_a_planner_model_gets_the_key_and_base_url_only_from_its_own_provider(
+        monkeypatch: pytest.MonkeyPatch, model: str, planner: str, shared: bool) -> None:
+    from dspy_rag import models
+
+    built: list[Any] = []
+    monkeypatch.setattr(models, "build_lm", lambda config: built.append(config) or DummyLM([]))
+    lm = scratch_config(Path("/nonexistent"), **{"lm.model": model, "lm.planner_model": planner,
+                                                 "lm.api_key": "sk-secret", "lm.api_base": "http://127.0.0.1:9"}).lm
+    planner_lm(lm)
+    (settings,) = built
+    assert settings.model == planner
+    assert (settings.api_key is not None, settings.api_base is not None) == (shared, shared)
+
+
+def test_an_unknown_planner_model_names_the_setting() -> None:
+    lm = scratch_config(Path("/nonexistent"), **{"lm.planner_model": "local/no-such-model"}).lm
+    with pytest.raises(UserError, match=r"^lm.planner_model: unknown local model 'local/no-such-model'"):
+        planner_lm(lm)
+
+
+def test_the_model_as_its_own_planner_is_no_planner_model() -> None:
+    config = scratch_config(Path("/nonexistent"))
+    assert run_settings(with_planner(config, config.lm.model)) == run_settings(config)  # the same runs, reused
+    columns = columns_of(["deep"], ["none"], ["local/qwen2.5-coder-0.5b", "local/qwen2.5-coder-1.5b"],
+                         planners=[None, "local/qwen2.5-coder-1.5b"])
+    assert [c.label for c in columns] == ["deep@qwen2.5-coder-0.5b", "deep@qwen2.5-coder-0.5b+planner-qwen2.5-coder-1.5b",
+                                          "deep@qwen2.5-coder-1.5b"]
+
+
+def test_eval_and_the_planner_share_one_loaded_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dspy_rag import models
+
+    built: list[str] = []
+    monkeypatch.setattr(models, "build_lm", lambda config: built.append(config.model) or DummyLM([]))
+    lm = scratch_config(Path("/nonexistent"), **{"lm.planner_model": "local/qwen2.5-coder-1.5b"}).lm
+    as_planner = planner_lm(lm)
+    as_model = models.loaded(lm.model_copy(update={"model": "local/qwen2.5-coder-1.5b"}))
+    assert as_planner is as_model and built == ["local/qwen2.5-coder-1.5b"]
 
 
 def with_planner(config: Config, model: str | None) -> Config:
@@ -84,7 +129,6 @@ def test_eval_runs_the_deep_program_once_per_planner_model_and_names_it() -> Non
                          planners=[None, "local/qwen2.5-coder-1.5b"])
     assert [c.label for c in columns] == ["baseline@qwen2.5-coder-0.5b", "deep@qwen2.5-coder-0.5b",
                                           "deep@qwen2.5-coder-0.5b+planner-qwen2.5-coder-1.5b"]
-    assert Column("deep", "none", "local/qwen2.5-coder-0.5b").planner is None
 
 
 @pytest.mark.slow
@@ -92,7 +136,6 @@ def test_ask_plans_with_the_real_local_model_and_researches_with_the_served_one(
         workspace: Path, fake_lm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from dspy_rag import models
 
-    monkeypatch.setattr(models, "_PLANNERS", {})  # the loaded model is freed with the test, not at interpreter exit
     trace = workspace / "trace.json"
     result = invoke("ask", "What was Data Center revenue in fiscal 2023?", "--planner-model",
                     "local/qwen2.5-coder-0.5b", "--trace", str(trace), "--json")

@@ -32,9 +32,9 @@ def eval_command(
     take: Annotated[int, typer.Option(min=1, help="2, 3 ...: run every question again as a repeat measurement, "
                                       "kept apart in the run store (it resumes, and is reused as that take), for "
                                       "the run-to-run noise; write it to its own --out")] = 1,
-    planner_model: Annotated[list[str] | None, typer.Option(help="deep: a model of its own for the planner, or none "
-                                                            "for the column's model (repeat; default lm.planner_model)")]
-    = None,
+    planner_model: Annotated[list[str] | None, typer.Option(
+        help="deep: a model of its own for the planner, or none for the column's model (repeat; default "
+             "lm.planner_model)")] = None,
     config: ConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:

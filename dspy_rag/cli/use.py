@@ -89,7 +89,8 @@ def ask(
     index: IndexOption = None,
     model: ModelOption = None,
     planner_model: Annotated[str | None, typer.Option(help="deep: a model of its own for the planner, e.g. "
-                                                      "local/qwen2.5-coder-1.5b")] = None,
+                                                      "local/qwen2.5-coder-1.5b; none: the model plans (default "
+                                                      "lm.planner_model)")] = None,
     web: Annotated[str | None, typer.Option("--web", help="tavily, off, or PATH of a snapshot (.jsonl or folder)")] = None,
     trace: Annotated[Path | None, typer.Option("--trace", help="deep: save the trajectory as JSON here")] = None,
     artifact: ArtifactOption = None,
@@ -105,7 +106,7 @@ def ask(
         raise UserError("--trace saves the deep program's trajectory; the baseline has none (drop one of the two)")
     if trace is not None:  # checked now: the trajectory is written after the research
         paths.output_file(trace, "--trace")
-    settings = config_of(config, **{"index.path": index, "lm.model": model, "lm.planner_model": planner_model})
+    settings = config_of(config, **{"index.path": index, "lm.model": model, "lm.planner_model": "" if planner_model == "none" else planner_model})
     say = Interruptible(QUIET.say if as_json else progress)
     research = Research.open(settings, pipeline, policy, artifact, web, on_event=say)
     also = f" and web search ({research.web.name})" if research.web else ""
@@ -146,7 +147,8 @@ def ask(
         for citation in result.citations:
             out.print(f"  [{citation.label}] {source_name(citation.source)} · {citation.chunk_id}")
     stopped = f" · stopped early: {trajectory['stopped_early']}" if trajectory and trajectory["stopped_early"] else ""
-    planner = f" (planner {settings.lm.planner_model})" if pipeline == "deep" and settings.lm.planner_model else ""
+    separate = settings.lm.separate_planner
+    planner = f" (planner {separate})" if pipeline == "deep" and separate else ""
     out.print(styled(("\n" + f"{pipeline} · {settings.lm.model}{planner} · {usage['lm_calls']} LM call(s) · "
                       f"{usage['prompt_tokens'] + usage['completion_tokens']} tokens · {answer.seconds:.1f} s{stopped}",
                       "dim")))
