@@ -19,7 +19,6 @@ a line to the ledger.
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import statistics
 from collections.abc import Callable, Sequence
@@ -46,7 +45,7 @@ from dspy_rag.evals.rows import summarize as summarize_answers
 from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, bootstrap_ci, gain_interval, paired_delta_ci
 from dspy_rag.evals.stored_runs import AnswerRuns, StoredRun
 from dspy_rag.files import write_atomic, write_json_atomic
-from dspy_rag.ledger import LedgerEntry, append, ledger_path, read
+from dspy_rag.ledger import LedgerEntry, append, append_line, ledger_path, read
 from dspy_rag.reporter import QUIET, Reporter
 from dspy_rag.run_store import RunStore, Tally, code_version, run_context
 from dspy_rag.tracking import mlflow_run
@@ -211,11 +210,6 @@ class EvalFolder:
         if trajectory is not None and self.logged_trajectories.get(key) != trajectory:
             # For reading why a question failed, and for learning from.
             append_line(self.trajectories, {"set": key[0], "pipeline": key[1], "id": key[2], "trajectory": trajectory})
-
-
-def append_line(path: Path, record: dict[str, Any]) -> None:
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
 
 
 def untouched(switch: Switch, trajectory: dict[str, Any]) -> bool:
