@@ -12,7 +12,7 @@ import dspy
 
 from dspy_rag.citations import check_citations, citation_validity, number_passages
 from dspy_rag.errors import UserError
-from dspy_rag.evals.metrics import AnswerScores, score_answer, section_recall, weighted_score
+from dspy_rag.evals.metrics import AnswerScores, evidence_recall, score_answer, section_recall, weighted_score
 from dspy_rag.retrieval import Passage
 from dspy_rag.signatures import Step
 from dspy_rag.trainsets.formats import Question, Support
@@ -52,16 +52,21 @@ def looked_at(prediction: dspy.Prediction) -> list[Passage]:
     return [Passage(s.id, "", s.source, s.section, s.score) for s in read]
 
 
+def evidence_found(example: dspy.Example, passages: Sequence[Passage]) -> float | None:
+    """The share of the example's gold evidence the passages hold: its gold passages by source, else its gold
+    sections; None when it has neither."""
+    if example.gold_passages:
+        return evidence_recall([p.source for p in passages], example.gold_passages)
+    return section_recall([p.section for p in passages], example.gold_sections)
+
+
 def scores_of(example: dspy.Example, prediction: dspy.Prediction) -> AnswerScores:
     """Answer scores (of the short answer; the cited one when there is none), evidence recall (gold passages,
     else gold sections) and citation validity of one run."""
-    seen = looked_at(prediction)
-    scores = score_answer(prediction.short_answer or prediction.answer, example.short_answer, example.aliases,
-                          retrieved_ids=[p.source for p in seen], gold_ids=example.gold_passages)
-    recall = (scores.evidence_recall if example.gold_passages
-              else section_recall([p.section for p in seen], example.gold_sections))
+    scores = score_answer(prediction.short_answer or prediction.answer, example.short_answer, example.aliases)
     validity = citation_validity(check_citations(prediction.draft, prediction.passages))
-    return AnswerScores(scores.em, scores.f1, scores.contains, recall, validity)
+    return AnswerScores(scores.em, scores.f1, scores.contains, evidence_found(example, looked_at(prediction)),
+                        validity)
 
 
 def describe(weights: Mapping[str, float]) -> str:

@@ -10,8 +10,10 @@ more re-planning at the plan's end; each decision point gets its features, the p
 label (`policy_labels`). Per decision (FINISH while the plan has steps left, REVISE at its end) a standardised,
 class-balanced logistic regression is cross-validated by question; its threshold is the one whose out-of-fold
 decisions earn the most reward (score minus a cost per step) over the traced questions. A decision whose labels
-are too few to cross-validate is not learned (the policy follows the plan there). The final models, fit on
-every decision point, are written into the artifact as `policy.json`.
+are too few to cross-validate is not learned (the policy follows the plan there). The search strategy is
+learned from every traced documents step searched every way: per strategy a ridge regression of the evidence
+recall its passages give, over the query's features, cross-validated by question against the supervisor LM's
+choices. The final models, fit on every decision point and step, are written into the artifact as `policy.json`.
 """
 
 from __future__ import annotations
@@ -40,9 +42,14 @@ if TYPE_CHECKING:  # dspy and scikit-learn cost a second to import, and every CL
     from dspy_rag.pipelines.deep import DeepResearch
     from dspy_rag.pipelines.learned_policy import Classifier, LearnedPolicy
     from dspy_rag.pipelines.policy_features import Embed
+    from dspy_rag.pipelines.strategy_chooser import StrategyChooser
 
 DEFAULT_STEP_COST = 0.02  # a step must raise the score by 2 points (of 100) to be worth its ~5 LM calls
 MAX_FOLDS = 5
+MIN_STRATEGY_QUESTIONS = 4  # traced questions with searched steps needed to cross-validate the strategy chooser
+# Most steps find the same evidence every way: strong shrinkage keeps the chooser at the best strategy on the mean
+# unless a query feature clearly tells the strategies apart.
+STRATEGY_RIDGE = 10.0
 TRACE = "trace"  # the kind of run in the run store: a question researched to the end of its plan, taken apart
 
 
@@ -171,6 +178,57 @@ def choose_threshold(probabilities: np.ndarray, reward: Callable[[list[bool]], f
     return max(candidates, key=lambda t: reward([p >= t for p in probabilities.tolist()]))
 
 
+def fit_chooser(x: np.ndarray, recall: dict[str, np.ndarray]) -> StrategyChooser:
+    """Per strategy a ridge regression of its recall over the standardised features; strategies ordered by mean
+    recall, best first, so a tie goes to the better one on the mean."""
+    from sklearn.linear_model import Ridge
+
+    from dspy_rag.pipelines.strategy_chooser import QUERY_FEATURES, StrategyChooser
+
+    order = sorted(recall, key=lambda name: -float(recall[name].mean()))
+    means, scales = x.mean(axis=0), x.std(axis=0)
+    scales[scales == 0] = 1.0  # a feature constant on the traced steps carries no weight
+    standard = (x - means) / scales
+    models = [Ridge(alpha=STRATEGY_RIDGE).fit(standard, recall[name]) for name in order]
+    return StrategyChooser(order, list(QUERY_FEATURES), means.tolist(), scales.tolist(),
+                           [m.coef_.tolist() for m in models], [float(m.intercept_) for m in models])
+
+
+def fit_strategy(traces: list[TracedQuestion]) -> tuple[StrategyChooser | None, dict[str, Any]]:
+    """The search strategy chooser from every traced step searched every way, and its summary: mean recall per
+    strategy, the supervisor LM's choices', the chooser's out of fold, and the best per step's (oracle)."""
+    from sklearn.model_selection import GroupKFold
+
+    from dspy_rag.pipelines.strategy_chooser import STRATEGIES, query_features
+
+    searched = [(n, s) for n, t in enumerate(traces) for s in t.searches]
+    questions = len({n for n, _ in searched})
+    summary: dict[str, Any] = {"steps": len(searched), "questions": questions}
+    if questions < MIN_STRATEGY_QUESTIONS:
+        return None, summary | {"why": f"{questions} traced question(s) have a documents step and gold evidence; "
+                                       f"it takes {MIN_STRATEGY_QUESTIONS} to cross-validate"}
+    x = np.array([query_features(s.query, s.section) for _, s in searched])
+    recall = {name: np.array([s.recall[name] for _, s in searched]) for name in STRATEGIES}
+    groups = np.array([n for n, _ in searched])
+    folds = min(MAX_FOLDS, questions)
+    chosen: list[str] = [""] * len(searched)
+    for train, test in GroupKFold(n_splits=folds).split(x, groups=groups):
+        chooser = fit_chooser(x[train], {name: r[train] for name, r in recall.items()})
+        for i in test:
+            chosen[i] = chooser.best(x[i].tolist())
+
+    def mean_recall(picks: Sequence[str]) -> float:
+        return round(statistics.fmean(recall[p][i] for i, p in enumerate(picks)), 4)
+
+    lm = [s.lm_strategy if s.lm_strategy in recall else "hybrid" for _, s in searched]
+    summary |= {"folds": folds, "mean_recall": {name: round(float(r.mean()), 4) for name, r in recall.items()},
+                "lm_recall": mean_recall(lm), "learned_recall": mean_recall(chosen),
+                "oracle_recall": round(float(np.max(np.vstack(list(recall.values())), axis=0).mean()), 4),
+                "lm_choices": dict(Counter(lm)), "learned_choices": dict(Counter(chosen)),
+                "ties": int(sum(len({float(r[i]) for r in recall.values()}) == 1 for i in range(len(searched))))}
+    return fit_chooser(x, recall), summary
+
+
 @dataclass
 class Part:
     """One decision's classifier (None: not learned, and why), its out-of-fold decisions and its summary."""
@@ -220,9 +278,11 @@ def fit_policy(traces: list[TracedQuestion], cost: float, context: dict[str, Any
                                                     cost)["reward"],
                       "no traced run was re-planned at its plan's end (traced with --no-revise, or every run "
                       "stopped on a budget)")
-    if finish.classifier is None and revise.classifier is None:
+    strategy, strategy_summary = fit_strategy(traces)
+    if finish.classifier is None and revise.classifier is None and strategy is None:
         raise UserError(f"nothing to learn from {len(traces)} traced questions: FINISH: {finish.summary['why']}; "
-                        f"REVISE: {revise.summary['why']}; use more train questions or another trainset")
+                        f"REVISE: {revise.summary['why']}; strategy: {strategy_summary['why']}; use more train "
+                        "questions or another trainset")
 
     def at_ends(values: Sequence[bool]) -> list[bool]:  # the per-question revise choices, False where not traced
         by_question = dict(zip(revising.groups.tolist(), values, strict=True))
@@ -238,9 +298,9 @@ def fit_policy(traces: list[TracedQuestion], cost: float, context: dict[str, Any
                                   [t.revise_label(cost) for t in learned_from])}
     summary = {**context, "step_cost": cost, "questions": len(traces), "questions_with_decisions": len(learned_from),
                "decision_points": sum(t.points for t in learned_from), "finish": finish.summary,
-               "revise": revise.summary,
+               "revise": revise.summary, "strategy": strategy_summary,
                "replayed": {name: outcome(learned_from, choices, cost) for name, choices in policies.items()}}
-    return LearnedPolicy(list(FEATURES), finish.classifier, revise.classifier, summary)
+    return LearnedPolicy(list(FEATURES), finish.classifier, revise.classifier, strategy, summary)
 
 
 def part_report(name: str, s: dict[str, Any]) -> str:
@@ -250,6 +310,15 @@ def part_report(name: str, s: dict[str, Any]) -> str:
     return (f"{name}: {s['decision_points']} decision points ({labels}); {s['folds']}-fold accuracy "
             f"{s['cv_accuracy']:.2f} against the labels, agreement with the LM policy {s['lm_agreement']:.2f} (the "
             f"LM policy's own accuracy {s['lm_label_accuracy']:.2f}); threshold {s['threshold']:.3f}")
+
+
+def strategy_report(s: dict[str, Any]) -> str:
+    if "why" in s:
+        return f"strategy: not learned ({s['why']})"
+    means = ", ".join(f"{name} {r:.2f}" for name, r in s["mean_recall"].items())
+    return (f"strategy: {s['steps']} searched steps of {s['questions']} questions ({s['ties']} tied every way); "
+            f"mean evidence recall {means}; the supervisor LM's choices {s['lm_recall']:.2f}, the chooser's "
+            f"{s['folds']}-fold {s['learned_recall']:.2f}, the best per step {s['oracle_recall']:.2f}")
 
 
 def report(policy: LearnedPolicy) -> str:
@@ -262,22 +331,24 @@ def report(policy: LearnedPolicy) -> str:
     policies = "; ".join(f"{name} {r['steps']:.2f} steps, score {r['score']:.3f}, reward {r['reward']:.3f}"
                          for name, r in s["replayed"].items())
     return (f"{s['decision_points']} decision points{short} from {s['questions_with_decisions']} of {s['questions']} "
-            f"questions{by_set}; {part_report('FINISH', s['finish'])}; {part_report('REVISE', s['revise'])}; the "
-            f"traced runs replayed per policy (learned: out of fold), per question: {policies}")
+            f"questions{by_set}; {part_report('FINISH', s['finish'])}; {part_report('REVISE', s['revise'])}; "
+            f"{strategy_report(s['strategy'])}; the traced runs replayed per policy (learned: out of fold), per "
+            f"question: {policies}")
 
 
 def stored_trace(store: RunStore, context: RunContext, program: DeepResearch, example: dspy.Example,
                  metric: ResearchMetric, embed: Embed, tally: Tally, revise: bool) -> TracedQuestion:
     """The question traced to the end of its plan, from the run store when the same trace was made before (its
     decision points are scored with the metric, so the metric is keyed too)."""
-    from dspy_rag.optimizers.policy_labels import Decision, Revision, TracedQuestion, trace_question
+    from dspy_rag.optimizers.policy_labels import Decision, Revision, SearchedStep, TracedQuestion, trace_question
 
     key = context.key(TRACE, example.question, [metric.name, example.short_answer, example.aliases,
                                                  example.gold_passages, example.gold_sections, revise])
     if (found := store.get(key)) is not None:
         tally.reused += 1
         return TracedQuestion(example.id, [Decision(**d) for d in found["decisions"]], found["final_score"],
-                              Revision(**found["revision"]) if found.get("revision") else None)
+                              Revision(**found["revision"]) if found.get("revision") else None,
+                              [SearchedStep(**s) for s in found.get("searches", [])])
     traced = trace_question(program, example, metric, embed, revise)
     store.put(key, context, TRACE, example.id, asdict(traced))
     tally.run += 1

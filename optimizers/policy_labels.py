@@ -8,20 +8,25 @@ metric, and the policy LM is asked what it would have decided there (one policy 
 The last step's score is the final answer's. With a cost per step, stopping after step i is worth
 score[i] - cost * (i + 1), and the label is the optimal-stopping one: FINISH when stopping now is worth at
 least as much as the best later stop.
+
+Each documents step of the traced run is also searched again every way (no LM call): the evidence recall each
+search strategy's reranked passages give its query is what the strategy chooser learns to predict.
 """
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import dspy
 
-from dspy_rag.evals.research_metric import ResearchMetric
+from dspy_rag.evals.research_metric import ResearchMetric, evidence_found
 from dspy_rag.pipelines.conflict_note import document_kinds
 from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.lm_calls import LMCalls
 from dspy_rag.pipelines.policy_features import DecisionPoint, Embed, decision_points, feature_values
 from dspy_rag.pipelines.research_run import ResearchRun
+from dspy_rag.pipelines.strategy_chooser import STRATEGIES
+from dspy_rag.pipelines.trajectory import StepRecord
 
 
 @dataclass
@@ -44,11 +49,22 @@ class Revision:
 
 
 @dataclass
+class SearchedStep:
+    """A traced documents step's query searched every way: the evidence recall each strategy's passages give."""
+
+    query: str
+    section: str | None
+    lm_strategy: str  # the strategy the supervisor LM chose for it
+    recall: dict[str, float]  # by strategy
+
+
+@dataclass
 class TracedQuestion:
     id: str
     decisions: list[Decision]
     final_score: float  # the answer after the whole plan
     revision: Revision | None = None  # traced with `revise` and the first plan researched to its end
+    searches: list[SearchedStep] = field(default_factory=list)  # its documents steps, where it has gold evidence
 
     @property
     def scores(self) -> list[float]:
@@ -89,12 +105,27 @@ def trace_question(program: DeepResearch, example: dspy.Example, metric: Researc
     points = decision_points(prediction.trajectory)
     traced = TracedQuestion(example.id, [decision_at(program, example, metric, prediction, p, embed)
                                          for p in points[:-1]],  # the last step has no continuation to compare with
-                            metric.score(example, prediction))
+                            metric.score(example, prediction),
+                            searches=[searched for step in prediction.trajectory.steps
+                                      if (searched := searched_every_way(program, example, step)) is not None])
     end = points[-1] if points else None
     if revise and end is not None and not end.steps_left and not end.revisions and len(end.steps) == len(
             prediction.trajectory.steps):
         traced.revision = revision_at(program, example, metric, end, embed)
     return traced
+
+
+def searched_every_way(program: DeepResearch, example: dspy.Example, step: StepRecord) -> SearchedStep | None:
+    """The step's query searched by each strategy and read as the step read it; None for a step that searched the
+    web, or a question without gold evidence."""
+    if step.strategy is None or not (example.get("gold_passages") or example.get("gold_sections")):
+        return None
+    researcher = program.researcher
+    recall: dict[str, float] = {}
+    for strategy in STRATEGIES:
+        _, top, _ = researcher.read(step.query, researcher.documents(step.query, strategy, step.section))
+        recall[strategy] = evidence_found(example, top) or 0.0
+    return SearchedStep(step.query, step.section, step.strategy, recall)
 
 
 @contextmanager

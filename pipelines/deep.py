@@ -60,7 +60,8 @@ class DeepResearch(SharesTools, dspy.Module):
         self.injection_guard = guards.injection
         self.artifact: str | None = None  # the compiled artifact whose prompts and demos it runs, if any
         self.planner = Planner(guards)
-        self.researcher = StepResearcher(retriever, reranker, web, top_n, guards, roles)
+        chooser = learned.strategy if policy == "learned" and learned is not None else None
+        self.researcher = StepResearcher(retriever, reranker, web, top_n, guards, roles, chooser)
         self.policy = ResearchPolicy(policy, learned, guards.keep_going)
         self.synthesizer = Synthesizer(ConflictGuard(tiers or TierConfig(), guards.conflicts), roles.repair)
         self.router = Router(roles.router, guards.route_check)

@@ -4,7 +4,8 @@ intercept and threshold, how it was trained; plain JSON, never a pickle).
 
 Two decisions are learned, each where traced runs could label it: `finish`, while the plan has steps left
 (FINISH or CONTINUE), and `revise`, once the first plan is done (REVISE once, or FINISH). A policy may hold
-either or both; where it holds none, the research follows the plan.
+either or both; where it holds none, the research follows the plan. It may also hold a `strategy` chooser, which
+picks each documents step's search in place of the retrieval supervisor's LM call (strategy_chooser.py).
 """
 
 import json
@@ -17,10 +18,11 @@ from dspy_rag.artifacts import read_plain
 from dspy_rag.errors import UserError
 from dspy_rag.files import write_json_atomic
 from dspy_rag.pipelines.policy_features import FEATURES, DecisionPoint, Embed, embed_texts, feature_values, vector
+from dspy_rag.pipelines.strategy_chooser import StrategyChooser
 
 POLICY_FILE = "policy.json"
 FORMAT = "dspy-rag-policy"
-POLICY_VERSION = 2  # 1: the finish classifier's numbers at the top level, no revise classifier
+POLICY_VERSION = 3  # 1: the finish classifier's numbers at the top level, no revise classifier; 2: no strategy
 PARAMETERS = ("means", "scales", "coefficients")  # one number per feature each
 DECISIONS = ("finish", "revise")
 
@@ -62,6 +64,7 @@ class LearnedPolicy:
     features: list[str]
     finish: Classifier | None = None  # while the plan has steps left: FINISH (yes) or CONTINUE
     revise: Classifier | None = None  # when the first plan is done: REVISE (yes) or FINISH
+    strategy: StrategyChooser | None = None  # a documents step's search
     summary: dict[str, Any] = field(default_factory=dict)
     format: str = FORMAT
     version: int = POLICY_VERSION
@@ -85,6 +88,7 @@ class LearnedPolicy:
     def describe(self) -> str:
         """Which decisions it learned, at which thresholds."""
         parts = [f"{name} at {c.threshold:.2f}" for name in DECISIONS if (c := getattr(self, name)) is not None]
+        parts += [self.strategy.describe()] if self.strategy is not None else []
         return f"learned policy from {self.summary.get('trainset', '?')} ({', '.join(parts)})"
 
     def save(self, folder: Path) -> Path:
@@ -120,10 +124,11 @@ class LearnedPolicy:
         parts = ({"finish": raw, "revise": None} if raw["version"] == 1
                  else {name: raw.get(name) for name in DECISIONS})
         classifiers = {name: None if part is None else Classifier.from_json(part, path) for name, part in parts.items()}
-        if all(c is None for c in classifiers.values()):
+        strategy = None if raw.get("strategy") is None else StrategyChooser.from_json(raw["strategy"], path)
+        if all(c is None for c in classifiers.values()) and strategy is None:
             raise UserError(f"{path} is corrupt (it holds no classifier); run `dspy-rag distill-policy` again")
         summary = raw.get("summary")
-        return cls(list(FEATURES), **classifiers, summary=summary if isinstance(summary, dict) else {})
+        return cls(list(FEATURES), **classifiers, strategy=strategy, summary=summary if isinstance(summary, dict) else {})
 
 
 def mismatch(names: Any) -> str:

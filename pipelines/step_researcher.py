@@ -6,13 +6,15 @@ import dspy
 from dspy_rag.config import GuardConfig, RoleConfig
 from dspy_rag.pipelines.distiller import Distiller
 from dspy_rag.pipelines.evidence import reranked
+from dspy_rag.pipelines.guards import Fired
 from dspy_rag.pipelines.query_rewriter import QueryRewriter
 from dspy_rag.pipelines.reflection import Reflection
 from dspy_rag.pipelines.research_run import ResearchRun, SharesTools
 from dspy_rag.pipelines.retrieval_supervisor import RetrievalSupervisor
+from dspy_rag.pipelines.strategy_chooser import StrategyChooser
 from dspy_rag.pipelines.trajectory import Scored, StepRecord
 from dspy_rag.reranker import Reranker
-from dspy_rag.retrieval import Passage, Retriever, interleave
+from dspy_rag.retrieval import Passage, Retriever, Strategy, interleave
 from dspy_rag.signatures import Step
 from dspy_rag.web import WebSearch, WebSearchError
 
@@ -26,7 +28,8 @@ class StepResearcher(SharesTools, dspy.Module):
     step's section), reranked, and what they say about its sub-question."""
 
     def __init__(self, retriever: Retriever, reranker: Reranker | None, web: WebSearch | None, top_n: int,
-                 guards: GuardConfig, roles: RoleConfig) -> None:
+                 guards: GuardConfig, roles: RoleConfig, chooser: StrategyChooser | None = None) -> None:
+        """`chooser`: the learned policy's search strategy chooser, in place of the supervisor LM's call."""
         super().__init__()
         self.retriever = retriever
         self.reranker = reranker
@@ -34,7 +37,7 @@ class StepResearcher(SharesTools, dspy.Module):
         self.top_n = top_n
         self.injection_guard = guards.injection
         self.rewriter = QueryRewriter(guards.query_guard)
-        self.supervisor = RetrievalSupervisor()
+        self.supervisor = RetrievalSupervisor(chooser)
         self.distiller = Distiller(roles.distiller)
         self.reflection = Reflection(roles.reflection)
 
@@ -46,8 +49,7 @@ class StepResearcher(SharesTools, dspy.Module):
         run.event("step", f"step {index + 1}: {step.sub_question}")
         record.query = self.rewriter(step=step, index=index, findings=findings, run=run)
         run.event("query", record.query)
-        candidates, top, fired = reranked(record.query, self.recall(step, record, run), self.reranker, self.top_n,
-                                          self.injection_guard)
+        candidates, top, fired = self.read(record.query, self.recall(step, record, run))
         for each in fired:
             run.guarded(each, index)
         record.retrieved, record.reranked = [Scored.of(p) for p in candidates], [Scored.of(p) for p in top]
@@ -74,11 +76,18 @@ class StepResearcher(SharesTools, dspy.Module):
                 except WebSearchError as exc:
                     record.web_error = str(exc)
                     run.event("web", f"web search failed ({exc}); searching the documents instead")
-        chosen = self.supervisor(query=record.query, index=record.index, run=run)
+        chosen = self.supervisor(query=record.query, index=record.index, run=run, section=step.section)
         record.strategy, record.strategy_reason = chosen.strategy, chosen.reason
-        ranking = self.retriever.search(record.query, chosen.strategy)
-        if not step.section:
+        return self.documents(record.query, chosen.strategy, step.section)
+
+    def documents(self, query: str, strategy: Strategy, section: str | None) -> list[Passage]:
+        """The documents' passages for the query by the strategy, in the step's section when it names one."""
+        ranking = self.retriever.search(query, strategy)
+        if not section:
             return ranking
         # A wrong section guess must not hide the answer: the section's ranking takes turns with the open one.
-        return interleave([ranking, self.retriever.search(record.query, chosen.strategy, step.section)]
-                          )[: self.retriever.top_k]
+        return interleave([ranking, self.retriever.search(query, strategy, section)])[: self.retriever.top_k]
+
+    def read(self, query: str, candidates: list[Passage]) -> tuple[list[Passage], list[Passage], list[Fired]]:
+        """The candidates made inert by the injection guard (when on), the top_n the step reads, the firings."""
+        return reranked(query, candidates, self.reranker, self.top_n, self.injection_guard)

@@ -20,12 +20,13 @@ from dspy_rag.errors import UserError
 from dspy_rag.evals.research_metric import DEFAULT_WEIGHTS, ResearchMetric, example_of
 from dspy_rag.index import Index
 from dspy_rag.ledger import read
-from dspy_rag.optimizers.distill_policy import classifier_of, fit_classifier
-from dspy_rag.optimizers.policy_labels import stop_labels, trace_question
+from dspy_rag.optimizers.distill_policy import classifier_of, fit_classifier, fit_strategy
+from dspy_rag.optimizers.policy_labels import SearchedStep, TracedQuestion, stop_labels, trace_question
 from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.learned_policy import POLICY_FILE, Classifier, LearnedPolicy
 from dspy_rag.pipelines.policy_features import FEATURES, decision_points, feature_values, live_point
 from dspy_rag.pipelines.programs import build_program
+from dspy_rag.pipelines.strategy_chooser import QUERY_FEATURES, STRATEGIES
 from dspy_rag.pipelines.trajectory import CallRecord, Scored, StepRecord, Trajectory
 from dspy_rag.retrieval import Retriever
 from dspy_rag.trainsets.formats import Question
@@ -195,18 +196,60 @@ def fitted() -> tuple[Any, LearnedPolicy, np.ndarray]:
     return model, LearnedPolicy(list(FEATURES), classifier_of(model, 0.4), summary={"trainset": "synthetic"}), x
 
 
+# Queries searched every way: keyword finds the evidence of a figure's query, vector that of a name's.
+FIGURE_QUERY, NAME_QUERY = "Data Center revenue in fiscal 2023", "who founded the company"
+
+
+def searched(query: str, keyword: float, vector: float, lm: str = "vector") -> SearchedStep:
+    return SearchedStep(query, None, lm, {"vector": vector, "keyword": keyword, "hybrid": (keyword + vector) / 2})
+
+
+def strategy_traces() -> list[TracedQuestion]:
+    """Eight questions of two searched steps each: a figure's query and a name's; the LM always chose vector."""
+    return [TracedQuestion(f"q{n}", [], 1.0, searches=[
+        searched(FIGURE_QUERY, keyword=1.0, vector=0.0), searched(NAME_QUERY, keyword=0.5, vector=0.5),
+        searched(f"{NAME_QUERY} Jensen", keyword=0.0, vector=1.0)]) for n in range(8)]
+
+
+def test_the_strategy_chooser_learns_which_search_finds_the_evidence_of_a_query() -> None:
+    chooser, summary = fit_strategy(strategy_traces())
+    assert chooser is not None
+    assert chooser.choose("Gaming revenue in fiscal 2022", None)[0] == "keyword"  # a figure
+    chosen, why = chooser.choose("who founded NVIDIA Jensen", None)
+    assert chosen == "vector" and why.startswith("learned: predicted evidence recall ")
+    assert (summary["steps"], summary["questions"], summary["folds"], summary["ties"]) == (24, 8, 5, 8)
+    assert summary["lm_choices"] == {"vector": 24} and summary["lm_recall"] == pytest.approx(0.5, abs=1e-4)
+    # out of fold, the chooser finds what the best search per step finds; the LM's constant choice half of it
+    assert summary["learned_recall"] == summary["oracle_recall"] == pytest.approx(2.5 / 3, abs=1e-4)
+
+
+def test_the_strategy_chooser_needs_searched_steps_of_several_questions() -> None:
+    chooser, summary = fit_strategy(strategy_traces()[:3])
+    assert chooser is None and "it takes 4 to cross-validate" in summary["why"]
+
+
 def test_the_classifiers_round_trip_through_json(tmp_path: Path) -> None:
     model, policy, x = fitted()
     policy.revise = classifier_of(fit_classifier(x, (x[:, 5] > 0).astype(int)), 0.7)
+    policy.strategy, _ = fit_strategy(strategy_traces())
     saved = policy.save(tmp_path)
     raw = json.loads(saved.read_text())
-    assert raw["features"] == list(FEATURES) and raw["format"] == "dspy-rag-policy" and raw["version"] == 2
+    assert raw["features"] == list(FEATURES) and raw["format"] == "dspy-rag-policy" and raw["version"] == 3
     assert set(raw["finish"]) == set(raw["revise"]) == {"means", "scales", "coefficients", "intercept", "threshold"}
+    assert raw["strategy"]["features"] == list(QUERY_FEATURES)
     loaded = LearnedPolicy.load(tmp_path)
     assert loaded == policy and loaded.finish is not None
     expected = model.predict_proba(x)[:, 1]
     assert [loaded.finish.probability(row.tolist()) for row in x] == pytest.approx(expected.tolist(), abs=1e-12)
-    assert loaded.describe() == "learned policy from synthetic (finish at 0.40, revise at 0.70)"
+    assert loaded.describe() == ("learned policy from synthetic (finish at 0.40, revise at 0.70, strategy "
+                                 f"({'/'.join(loaded.strategy.strategies)}))")
+
+
+def test_a_policy_of_a_strategy_chooser_alone_loads(tmp_path: Path) -> None:
+    chooser, _ = fit_strategy(strategy_traces())
+    LearnedPolicy(list(FEATURES), strategy=chooser).save(tmp_path)
+    loaded = LearnedPolicy.load(tmp_path)
+    assert loaded.strategy == chooser and loaded.finish is None and loaded.revise is None
 
 
 def test_a_first_version_policy_loads_as_its_finish_classifier(tmp_path: Path) -> None:
@@ -227,10 +270,16 @@ def test_a_first_version_policy_loads_as_its_finish_classifier(tmp_path: Path) -
     (lambda raw: raw["finish"].update(coefficients=[1.0]), "corrupt (its coefficients do not fit its features)"),
     (lambda raw: raw["finish"].update(scales=[0.0] * len(FEATURES)), "scale is not positive"),
     (lambda raw: raw.update(revise=[1, 2]), "corrupt (a classifier is not an object)"),
-    (lambda raw: raw.update(finish=None, revise=None), "corrupt (it holds no classifier)"),
+    (lambda raw: raw.update(finish=None, revise=None, strategy=None), "corrupt (it holds no classifier)"),
+    (lambda raw: raw["strategy"].update(features=["query_words"]), "other query features than this program"),
+    (lambda raw: raw["strategy"].update(strategies=["vector", "grep", "hybrid"]), "corrupt (its strategies"),
+    (lambda raw: raw["strategy"].update(intercepts=[0.5]), "corrupt (its strategy coefficients do not fit"),
+    (lambda raw: raw["strategy"].update(scales=[0.0] * len(QUERY_FEATURES)), "query feature scale is not positive"),
+    (lambda raw: raw["strategy"].pop("means"), "corrupt (its strategy chooser is not whole)"),
 ])
 def test_a_policy_that_does_not_fit_the_program_is_refused(tmp_path: Path, change: Any, message: str) -> None:
     _, policy, _ = fitted()
+    policy.strategy, _ = fit_strategy(strategy_traces())
     raw = json.loads(policy.save(tmp_path).read_text())
     change(raw)
     (tmp_path / POLICY_FILE).write_text(json.dumps(raw))
@@ -331,6 +380,37 @@ def test_ask_with_the_learned_policy_makes_no_policy_call(policy_workspace: Path
     assert decided["decision_reason"].startswith("learned: p(finish) 0.95")
     # the LM policy, by contrast, is asked after every step
     assert [c["module"] for c in ask_json("--policy", "llm")["calls"]].count("policy") == 2
+
+
+def test_ask_with_a_learned_strategy_chooser_asks_no_supervisor(policy_workspace: Path) -> None:
+    chooser, _ = fit_strategy(strategy_traces())
+    LearnedPolicy(list(FEATURES), constant(3.0), strategy=chooser).save(policy_workspace / "artifacts" / "tiny-art")
+    trajectory = ask_json("--policy", "learned")
+    assert [c["module"] for c in trajectory["calls"]] == ["plan", "rewrite", "reflect", "answer"]
+    (researched,) = trajectory["steps"]
+    assert researched["strategy"] in STRATEGIES
+    assert researched["strategy_reason"].startswith("learned: predicted evidence recall ")
+    # under the LM policy the supervisor LM chooses, whatever the artifact's policy holds
+    assert "supervise" in [c["module"] for c in ask_json("--policy", "llm")["calls"]]
+
+
+def test_distill_policy_learns_the_strategy_from_steps_searched_every_way(policy_workspace: Path) -> None:
+    rows = [json.loads(line) for line in (policy_workspace / "qs.jsonl").read_text().splitlines()]
+    source = {Path(s).name: s for s in tiny_index(policy_workspace).sources}
+    for row in rows:  # the Data Center questions' evidence is facts.md, the others' gaming.md
+        row["gold_passages"] = [source["facts.md" if "15.01" in row["answer"] else "gaming.md"]]
+    (policy_workspace / "qs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = invoke("distill-policy", "--trainset", str(policy_workspace / "tiny.yaml"), "--artifact", "tiny-art",
+                    "--no-revise", "--json")
+    assert result.returncode == 0, result.stderr
+    policy = LearnedPolicy.load(policy_workspace / "artifacts" / "tiny-art")
+    strategy = policy.summary["strategy"]
+    assert (strategy["steps"], strategy["questions"]) == (8, 4)  # two documents steps a question
+    assert strategy["lm_choices"] == {"hybrid": 8}  # the scripted supervisor's
+    # each step reads one passage: the first step finds facts.md, the second gaming.md, whichever the search
+    assert strategy["mean_recall"] == {name: 0.5 for name in STRATEGIES} and strategy["ties"] == 8
+    assert policy.strategy is not None and sorted(policy.strategy.strategies) == sorted(STRATEGIES)
+    assert "strategy: 8 searched steps of 4 questions (8 tied every way)" in result.stderr
 
 
 def test_ask_with_the_learned_policy_needs_a_distilled_one(policy_workspace: Path) -> None:

@@ -1,4 +1,4 @@
-"""The commands that teach the program: compile its prompts and demos, distill its stopping policy, train its
+"""The commands that teach the program: compile its prompts and demos, distill its research policy, train its
 reranker."""
 
 from dataclasses import asdict
@@ -140,8 +140,9 @@ def distill_policy_command(
     config: ConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Learn when to stop researching and when to re-plan: label every decision point of traced train runs, fit
-    logistic regressions and save them into the artifact (`ask --policy learned`)."""
+    """Learn when to stop researching, when to re-plan and which search each step runs: label every decision
+    point and step of traced train runs, fit the classifiers and save them into the artifact (`ask --policy
+    learned`)."""
     from dspy_rag.optimizers.distill_policy import DistillRequest, distill_policy
     from dspy_rag.trainsets.registry import trainset_names
 
