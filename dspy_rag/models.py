@@ -203,33 +203,53 @@ def build_lm(config: LMConfig) -> dspy.LM:
                         "openai/gpt-4o-mini") from exc
 
 
-_LOADED: dict[tuple[str, str], dspy.LM] = {}  # by settings and key: a process loads a model once
+# The settings `build_lm` reads, by where the model runs: the others must not make the same model load twice.
+EMBEDDED_SETTINGS = frozenset({"model", "temperature", "max_tokens", "cache", "context_window", "threads",
+                               "prompt_cache"})
+SERVED_SETTINGS = frozenset({"model", "temperature", "max_tokens", "cache", "timeout", "api_base"})
+_LOADED: dict[tuple[str, str], dspy.LM] = {}  # by the settings read and the key: a process loads a model once
 
 
 def loaded(config: LMConfig) -> dspy.LM:
-    """`build_lm(config)`, built once a process for the same settings: a local model's weights load once, whether
-    it answers or plans."""
-    settings = config.model_copy(update={"planner_model": None})  # the model's own LM does not depend on it
-    key = (settings.model_dump_json(), settings.api_key.get_secret_value() if settings.api_key else "")
+    """`build_lm(config)`, built once a process for the settings it reads: a local model's weights load once,
+    whether it answers or plans."""
+    read = EMBEDDED_SETTINGS if config.embedded else SERVED_SETTINGS
+    key = (config.model_dump_json(include=set(read)),
+           config.api_key.get_secret_value() if config.api_key and not config.embedded else "")
     if key not in _LOADED:
-        _LOADED[key] = build_lm(settings)
+        _LOADED[key] = build_lm(config)
     return _LOADED[key]
 
 
 def provider(model: str) -> str:
-    """The provider a model string names (`openai/gpt-4o-mini`: openai); the whole string when it names none."""
-    return model.split("/", 1)[0] if "/" in model else model
+    """Who serves a model string: `local` for a packaged model, else LiteLLM's provider (`gpt-4o` and
+    `openai/gpt-4o-mini`: openai); the string itself when LiteLLM cannot route it."""
+    if model.startswith(LOCAL_PREFIX):
+        return LOCAL_PREFIX
+    import litellm
+
+    try:
+        return litellm.get_llm_provider(model)[1]
+    except Exception:  # litellm raises its own BadRequestError subclasses for a string it cannot route
+        return model
+
+
+def settings_for(config: LMConfig, model: str) -> LMConfig:
+    """The LM settings for another model beside `config.model` (a planner, a teacher, a judge, an eval column):
+    the same settings, with `api_base` and `api_key` only when it has the same provider, so that a key is never
+    sent to another provider."""
+    same = provider(model) == provider(config.model)
+    return config.model_copy(update={"model": model, "planner_model": None,
+                                     **({} if same else {"api_base": None, "api_key": None})})
 
 
 def planner_lm(config: LMConfig) -> dspy.LM | None:
-    """The planner's own model (`lm.planner_model`, with the other LM settings), loaded once a process; None when
-    the model plans. `api_base` and `api_key` go with it only when it has the model's provider: a key is never
-    sent to another provider."""
+    """The planner's own model (`lm.planner_model`, with the other LM settings as `settings_for` gives them),
+    loaded once a process; None when the model plans."""
     planner = config.separate_planner
     if planner is None:
         return None
-    own = {} if provider(planner) == provider(config.model) else {"api_base": None, "api_key": None}
     try:
-        return loaded(config.model_copy(update={"model": planner, **own}))
+        return loaded(settings_for(config, planner))
     except UserError as error:
         raise UserError(f"lm.planner_model: {error}") from error

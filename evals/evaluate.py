@@ -105,8 +105,8 @@ def columns_of(pipelines: list[str], artifacts: list[str], models: list[str],
         if p != "deep":
             made.append(Column(p, "none", m))
             continue
-        own = planner if planner != m else None  # a planner of the column's own model: the model plans
-        made += [Column(p, a, m, policy, s, own) for s in (None, *switches)]
+        separate = planner if planner != m else None  # a planner of the column's own model: the model plans
+        made += [Column(p, a, m, policy, s, separate) for s in (None, *switches)]
     return list(dict.fromkeys(made))
 
 
@@ -321,7 +321,7 @@ def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str]
     import dspy
 
     from dspy_rag.evals.research_metric import DEFAULT_WEIGHTS, describe
-    from dspy_rag.models import loaded
+    from dspy_rag.models import loaded, settings_for
     from dspy_rag.pipelines.policy import PolicyMode
     from dspy_rag.pipelines.programs import program_for
 
@@ -354,7 +354,7 @@ def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str]
 
     def lm_for(name: str) -> dspy.LM:
         """One LM per model, shared by its columns, the judge and a planner of the same model."""
-        return loaded(config.lm.model_copy(update={"model": name}))
+        return loaded(settings_for(config.lm, name))
 
     def settings_of(column: Column) -> Config:
         switch = column.switch

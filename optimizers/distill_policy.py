@@ -47,9 +47,10 @@ if TYPE_CHECKING:  # dspy and scikit-learn cost a second to import, and every CL
 DEFAULT_STEP_COST = 0.02  # a step must raise the score by 2 points (of 100) to be worth its ~5 LM calls
 MAX_FOLDS = 5
 MIN_STRATEGY_QUESTIONS = 4  # traced questions with searched steps needed to cross-validate the strategy chooser
-# Most steps find the same evidence every way: strong shrinkage keeps the chooser at the best strategy on the mean
-# unless a query feature clearly tells the strategies apart.
+# Strong shrinkage: the chooser departs from the best strategy on the mean only where a query feature tells the
+# strategies apart clearly, as a few hundred traced steps allow.
 STRATEGY_RIDGE = 10.0
+TIE_ORDER = ("hybrid", "vector", "keyword")  # strategies of equal mean recall: the supervisor's own fallback first
 TRACE = "trace"  # the kind of run in the run store: a question researched to the end of its plan, taken apart
 
 
@@ -185,7 +186,7 @@ def fit_chooser(x: np.ndarray, recall: dict[str, np.ndarray]) -> StrategyChooser
 
     from dspy_rag.pipelines.strategy_chooser import QUERY_FEATURES, StrategyChooser
 
-    order = sorted(recall, key=lambda name: -float(recall[name].mean()))
+    order = sorted(recall, key=lambda name: (-float(recall[name].mean()), TIE_ORDER.index(name)))
     means, scales = x.mean(axis=0), x.std(axis=0)
     scales[scales == 0] = 1.0  # a feature constant on the traced steps carries no weight
     standard = (x - means) / scales
@@ -194,9 +195,10 @@ def fit_chooser(x: np.ndarray, recall: dict[str, np.ndarray]) -> StrategyChooser
                            [m.coef_.tolist() for m in models], [float(m.intercept_) for m in models])
 
 
-def fit_strategy(traces: list[TracedQuestion]) -> tuple[StrategyChooser | None, dict[str, Any]]:
+def cross_validated_chooser(traces: list[TracedQuestion]) -> tuple[StrategyChooser | None, dict[str, Any]]:
     """The search strategy chooser from every traced step searched every way, and its summary: mean recall per
-    strategy, the supervisor LM's choices', the chooser's out of fold, and the best per step's (oracle)."""
+    strategy, the supervisor LM's choices', the chooser's out of fold, and the best per step's (oracle). None
+    (and why) where too few questions were searched, or where out of fold it finds less than the LM's choices."""
     from sklearn.model_selection import GroupKFold
 
     from dspy_rag.pipelines.strategy_chooser import STRATEGIES, query_features
@@ -226,6 +228,9 @@ def fit_strategy(traces: list[TracedQuestion]) -> tuple[StrategyChooser | None, 
                 "oracle_recall": round(float(np.max(np.vstack(list(recall.values())), axis=0).mean()), 4),
                 "lm_choices": dict(Counter(lm)), "learned_choices": dict(Counter(chosen)),
                 "ties": int(sum(len({float(r[i]) for r in recall.values()}) == 1 for i in range(len(searched))))}
+    if summary["learned_recall"] < summary["lm_recall"]:
+        return None, summary | {"why": f"out of fold it finds less evidence ({summary['learned_recall']:.2f}) than "
+                                       f"the supervisor LM's choices ({summary['lm_recall']:.2f})"}
     return fit_chooser(x, recall), summary
 
 
@@ -278,7 +283,7 @@ def fit_policy(traces: list[TracedQuestion], cost: float, context: dict[str, Any
                                                     cost)["reward"],
                       "no traced run was re-planned at its plan's end (traced with --no-revise, or every run "
                       "stopped on a budget)")
-    strategy, strategy_summary = fit_strategy(traces)
+    strategy, strategy_summary = cross_validated_chooser(traces)
     if finish.classifier is None and revise.classifier is None and strategy is None:
         raise UserError(f"nothing to learn from {len(traces)} traced questions: FINISH: {finish.summary['why']}; "
                         f"REVISE: {revise.summary['why']}; strategy: {strategy_summary['why']}; use more train "
@@ -299,7 +304,8 @@ def fit_policy(traces: list[TracedQuestion], cost: float, context: dict[str, Any
     summary = {**context, "step_cost": cost, "questions": len(traces), "questions_with_decisions": len(learned_from),
                "decision_points": sum(t.points for t in learned_from), "finish": finish.summary,
                "revise": revise.summary, "strategy": strategy_summary,
-               "replayed": {name: outcome(learned_from, choices, cost) for name, choices in policies.items()}}
+               "replayed": {name: outcome(learned_from, choices, cost) for name, choices in policies.items()}
+               if learned_from else {}}
     return LearnedPolicy(list(FEATURES), finish.classifier, revise.classifier, strategy, summary)
 
 
@@ -329,7 +335,7 @@ def report(policy: LearnedPolicy) -> str:
     by_set = (" [" + ", ".join(f"{name}: {n['questions']} questions, {n['decision_points']} points"
                                for name, n in sets.items()) + "]") if len(sets) > 1 else ""
     policies = "; ".join(f"{name} {r['steps']:.2f} steps, score {r['score']:.3f}, reward {r['reward']:.3f}"
-                         for name, r in s["replayed"].items())
+                         for name, r in s["replayed"].items()) or "none had a decision point"
     return (f"{s['decision_points']} decision points{short} from {s['questions_with_decisions']} of {s['questions']} "
             f"questions{by_set}; {part_report('FINISH', s['finish'])}; {part_report('REVISE', s['revise'])}; "
             f"{strategy_report(s['strategy'])}; the traced runs replayed per policy (learned: out of fold), per "
@@ -348,7 +354,7 @@ def stored_trace(store: RunStore, context: RunContext, program: DeepResearch, ex
         tally.reused += 1
         return TracedQuestion(example.id, [Decision(**d) for d in found["decisions"]], found["final_score"],
                               Revision(**found["revision"]) if found.get("revision") else None,
-                              [SearchedStep(**s) for s in found.get("searches", [])])
+                              [SearchedStep(**s) for s in found["searches"]])
     traced = trace_question(program, example, metric, embed, revise)
     store.put(key, context, TRACE, example.id, asdict(traced))
     tally.run += 1

@@ -123,7 +123,7 @@ def searched_every_way(program: DeepResearch, example: dspy.Example, step: StepR
     researcher = program.researcher
     recall: dict[str, float] = {}
     for strategy in STRATEGIES:
-        _, top, _ = researcher.read(step.query, researcher.documents(step.query, strategy, step.section))
+        _, top, _ = researcher.rerank(step.query, researcher.search_documents(step.query, strategy, step.section))
         recall[strategy] = evidence_found(example, top) or 0.0
     return SearchedStep(step.query, step.section, step.strategy, recall)
 

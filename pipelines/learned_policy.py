@@ -17,7 +17,15 @@ from typing import Any
 from dspy_rag.artifacts import read_plain
 from dspy_rag.errors import UserError
 from dspy_rag.files import write_json_atomic
-from dspy_rag.pipelines.policy_features import FEATURES, DecisionPoint, Embed, embed_texts, feature_values, vector
+from dspy_rag.pipelines.policy_features import (
+    FEATURES,
+    DecisionPoint,
+    Embed,
+    embed_texts,
+    feature_values,
+    finite_numbers,
+    vector,
+)
 from dspy_rag.pipelines.strategy_chooser import StrategyChooser
 
 POLICY_FILE = "policy.json"
@@ -50,9 +58,8 @@ class Classifier:
         fixing = "run `dspy-rag distill-policy` again"
         if not isinstance(raw, dict):
             raise UserError(f"{path} is corrupt (a classifier is not an object); {fixing}")
-        numbers = [*(x for name in PARAMETERS for x in raw.get(name) or []), raw.get("intercept"), raw.get("threshold")]
-        lengths = {len(raw.get(name) or []) for name in PARAMETERS}
-        if lengths != {len(FEATURES)} or not all(isinstance(x, int | float) and math.isfinite(x) for x in numbers):
+        if not (all(finite_numbers(raw.get(name), len(FEATURES)) for name in PARAMETERS)
+                and finite_numbers([raw.get("intercept"), raw.get("threshold")], 2)):
             raise UserError(f"{path} is corrupt (its coefficients do not fit its features); {fixing}")
         if any(s <= 0 for s in raw["scales"]):
             raise UserError(f"{path} is corrupt (a feature scale is not positive); {fixing}")

@@ -7,8 +7,10 @@ when it learned. Counts of LM calls and tokens leave the policy's own calls out:
 policies, and the features must not.
 """
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -114,10 +116,25 @@ def words(text: str) -> list[str]:
     return [w.removesuffix("'s").removesuffix("'S") for w in stripped if w]
 
 
+def is_figure(word: str) -> bool:
+    """A word with a digit in it: a figure, a year, a code."""
+    return any(c.isdigit() for c in word)
+
+
+def is_name(position: int, word: str) -> bool:
+    """A capitalised word after a text's first (which is capitalised anyway)."""
+    return position > 0 and word[0].isupper()
+
+
 def entities(question: str) -> set[str]:
     """The question's names and figures: capitalised words after the first, and anything with a digit."""
-    return {w.lower() for n, w in enumerate(words(question))
-            if any(c.isdigit() for c in w) or (n > 0 and w[0].isupper())}
+    return {w.lower() for n, w in enumerate(words(question)) if is_figure(w) or is_name(n, w)}
+
+
+def finite_numbers(value: Any, length: int) -> bool:
+    """`value` is a list of `length` finite numbers (not booleans), as a stored model's parameters must be."""
+    return (isinstance(value, list) and len(value) == length
+            and all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in value))
 
 
 def keyword_coverage(question: str, findings: list[str]) -> float:

@@ -49,7 +49,7 @@ class StepResearcher(SharesTools, dspy.Module):
         run.event("step", f"step {index + 1}: {step.sub_question}")
         record.query = self.rewriter(step=step, index=index, findings=findings, run=run)
         run.event("query", record.query)
-        candidates, top, fired = self.read(record.query, self.recall(step, record, run))
+        candidates, top, fired = self.rerank(record.query, self.recall(step, record, run))
         for each in fired:
             run.guarded(each, index)
         record.retrieved, record.reranked = [Scored.of(p) for p in candidates], [Scored.of(p) for p in top]
@@ -78,9 +78,9 @@ class StepResearcher(SharesTools, dspy.Module):
                     run.event("web", f"web search failed ({exc}); searching the documents instead")
         chosen = self.supervisor(query=record.query, index=record.index, run=run, section=step.section)
         record.strategy, record.strategy_reason = chosen.strategy, chosen.reason
-        return self.documents(record.query, chosen.strategy, step.section)
+        return self.search_documents(record.query, chosen.strategy, step.section)
 
-    def documents(self, query: str, strategy: Strategy, section: str | None) -> list[Passage]:
+    def search_documents(self, query: str, strategy: Strategy, section: str | None) -> list[Passage]:
         """The documents' passages for the query by the strategy, in the step's section when it names one."""
         ranking = self.retriever.search(query, strategy)
         if not section:
@@ -88,6 +88,6 @@ class StepResearcher(SharesTools, dspy.Module):
         # A wrong section guess must not hide the answer: the section's ranking takes turns with the open one.
         return interleave([ranking, self.retriever.search(query, strategy, section)])[: self.retriever.top_k]
 
-    def read(self, query: str, candidates: list[Passage]) -> tuple[list[Passage], list[Passage], list[Fired]]:
+    def rerank(self, query: str, candidates: list[Passage]) -> tuple[list[Passage], list[Passage], list[Fired]]:
         """The candidates made inert by the injection guard (when on), the top_n the step reads, the firings."""
         return reranked(query, candidates, self.reranker, self.top_n, self.injection_guard)

@@ -6,13 +6,12 @@ by `distill-policy` from traced steps searched every way (`policy_labels.Searche
 highest is searched. Plain JSON inside `policy.json`, never a pickle.
 """
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, get_args
 
 from dspy_rag.errors import UserError
-from dspy_rag.pipelines.policy_features import words
+from dspy_rag.pipelines.policy_features import finite_numbers, is_figure, is_name, words
 from dspy_rag.retrieval import Strategy
 
 STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
@@ -32,8 +31,8 @@ def query_features(query: str, section: str | None) -> list[float]:
     """The QUERY_FEATURES of a step's query, in order."""
     said = words(query)
     return [float(len(said)),
-            float(sum(n > 0 and w[0].isupper() for n, w in enumerate(said))),
-            float(sum(any(c.isdigit() for c in w) for w in said)),
+            float(sum(is_name(n, w) for n, w in enumerate(said))),
+            float(sum(map(is_figure, said))),
             float('"' in query or "\u201c" in query),
             float(bool(said) and said[0].lower() in AUXILIARIES),
             float(bool(section))]
@@ -43,7 +42,7 @@ def query_features(query: str, section: str | None) -> list[float]:
 class StrategyChooser:
     """Per strategy, a regression of the evidence recall its passages give, over standardised QUERY_FEATURES."""
 
-    strategies: list[str]  # best mean recall on the traced steps first: a tie goes to the earlier
+    strategies: list[Strategy]  # best mean recall on the traced steps first: a tie goes to the earlier
     features: list[str]
     means: list[float]
     scales: list[float]
@@ -57,41 +56,40 @@ class StrategyChooser:
                 for name, coefficients, intercept in zip(self.strategies, self.coefficients, self.intercepts,
                                                          strict=True)}
 
-    def best(self, values: list[float]) -> str:
+    def best(self, values: list[float]) -> Strategy:
         """The strategy predicted highest for feature values in QUERY_FEATURES order."""
-        predicted = self.predicted(values)
-        return max(self.strategies, key=lambda name: predicted[name])
+        return max(self.strategies, key=self.predicted(values).__getitem__)
 
-    def choose(self, query: str, section: str | None) -> tuple[str, str]:
+    def choose(self, query: str, section: str | None) -> tuple[Strategy, str]:
         """The strategy to search with, and why."""
-        values = query_features(query, section)
-        predicted = self.predicted(values)
-        return self.best(values), "learned: predicted evidence recall " + ", ".join(
+        predicted = self.predicted(query_features(query, section))
+        return max(self.strategies, key=predicted.__getitem__), "learned: predicted evidence recall " + ", ".join(
             f"{name} {predicted[name]:.2f}" for name in self.strategies)
 
     def describe(self) -> str:
+        """The chooser in a few words, for `describe` of the policy that holds it."""
         return f"strategy ({'/'.join(self.strategies)})"
 
     @classmethod
     def from_json(cls, raw: Any, path: Path) -> "StrategyChooser":
         """The chooser's numbers; refuses any that do not fit the strategies and features or are not finite."""
         fixing = "run `dspy-rag distill-policy` again"
-        if not isinstance(raw, dict) or not all(name in raw for name in cls.__dataclass_fields__):
+        names = [f.name for f in fields(cls)]
+        if not isinstance(raw, dict) or not all(name in raw for name in names):
             raise UserError(f"{path} is corrupt (its strategy chooser is not whole); {fixing}")
-        names, features = raw["strategies"], raw["features"]
-        if not isinstance(names, list) or not names or len(set(names)) != len(names) or not set(names) <= set(
-                STRATEGIES):
+        strategies = raw["strategies"]
+        if (not isinstance(strategies, list) or not strategies or not all(isinstance(s, str) for s in strategies)
+                or len(set(strategies)) != len(strategies) or not set(strategies) <= set(STRATEGIES)):
             raise UserError(f"{path} is corrupt (its strategies are not among {', '.join(STRATEGIES)}); {fixing}")
-        if features != list(QUERY_FEATURES):
+        if raw["features"] != list(QUERY_FEATURES):
             raise UserError(f"{path} chooses strategies from other query features than this program computes; "
                             f"{fixing}")
         rows = raw["coefficients"]
-        shaped = (isinstance(rows, list) and len(rows) == len(names) == len(raw["intercepts"] or [])
-                  and all(isinstance(r, list) and len(r) == len(features) for r in rows)
-                  and len(raw["means"] or []) == len(raw["scales"] or []) == len(features))
-        numbers = [*(x for r in rows for x in r), *raw["intercepts"], *raw["means"], *raw["scales"]] if shaped else []
-        if not shaped or not all(isinstance(x, int | float) and math.isfinite(x) for x in numbers):
+        width = len(QUERY_FEATURES)
+        if not (isinstance(rows, list) and len(rows) == len(strategies)
+                and all(finite_numbers(r, width) for r in rows) and finite_numbers(raw["intercepts"], len(strategies))
+                and finite_numbers(raw["means"], width) and finite_numbers(raw["scales"], width)):
             raise UserError(f"{path} is corrupt (its strategy coefficients do not fit its features); {fixing}")
         if any(s <= 0 for s in raw["scales"]):
             raise UserError(f"{path} is corrupt (a query feature scale is not positive); {fixing}")
-        return cls(**{name: raw[name] for name in cls.__dataclass_fields__})
+        return cls(**{name: raw[name] for name in names})

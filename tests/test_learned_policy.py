@@ -3,8 +3,9 @@ scripted runs, the JSON classifiers' round trip and refusals, `ask --policy lear
 and `distill-policy` end to end with a scripted LM over a tiny real index."""
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import dspy
@@ -20,15 +21,27 @@ from dspy_rag.errors import UserError
 from dspy_rag.evals.research_metric import DEFAULT_WEIGHTS, ResearchMetric, example_of
 from dspy_rag.index import Index
 from dspy_rag.ledger import read
-from dspy_rag.optimizers.distill_policy import classifier_of, fit_classifier, fit_strategy
-from dspy_rag.optimizers.policy_labels import SearchedStep, TracedQuestion, stop_labels, trace_question
+from dspy_rag.optimizers.distill_policy import (
+    classifier_of,
+    cross_validated_chooser,
+    fit_classifier,
+    fit_policy,
+    report,
+)
+from dspy_rag.optimizers.policy_labels import (
+    SearchedStep,
+    TracedQuestion,
+    searched_every_way,
+    stop_labels,
+    trace_question,
+)
 from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.learned_policy import POLICY_FILE, Classifier, LearnedPolicy
 from dspy_rag.pipelines.policy_features import FEATURES, decision_points, feature_values, live_point
 from dspy_rag.pipelines.programs import build_program
-from dspy_rag.pipelines.strategy_chooser import QUERY_FEATURES, STRATEGIES
+from dspy_rag.pipelines.strategy_chooser import QUERY_FEATURES, STRATEGIES, StrategyChooser
 from dspy_rag.pipelines.trajectory import CallRecord, Scored, StepRecord, Trajectory
-from dspy_rag.retrieval import Retriever
+from dspy_rag.retrieval import Passage, Retriever
 from dspy_rag.trainsets.formats import Question
 from dspy_rag.trainsets.registry import load_trainset
 
@@ -205,14 +218,15 @@ def searched(query: str, keyword: float, vector: float, lm: str = "vector") -> S
 
 
 def strategy_traces() -> list[TracedQuestion]:
-    """Eight questions of two searched steps each: a figure's query and a name's; the LM always chose vector."""
+    """Eight questions of three searched steps each: a figure's query, a name's that every search answers alike,
+    and a name's that vector search answers best; the LM always chose vector."""
     return [TracedQuestion(f"q{n}", [], 1.0, searches=[
         searched(FIGURE_QUERY, keyword=1.0, vector=0.0), searched(NAME_QUERY, keyword=0.5, vector=0.5),
         searched(f"{NAME_QUERY} Jensen", keyword=0.0, vector=1.0)]) for n in range(8)]
 
 
 def test_the_strategy_chooser_learns_which_search_finds_the_evidence_of_a_query() -> None:
-    chooser, summary = fit_strategy(strategy_traces())
+    chooser, summary = cross_validated_chooser(strategy_traces())
     assert chooser is not None
     assert chooser.choose("Gaming revenue in fiscal 2022", None)[0] == "keyword"  # a figure
     chosen, why = chooser.choose("who founded NVIDIA Jensen", None)
@@ -224,14 +238,65 @@ def test_the_strategy_chooser_learns_which_search_finds_the_evidence_of_a_query(
 
 
 def test_the_strategy_chooser_needs_searched_steps_of_several_questions() -> None:
-    chooser, summary = fit_strategy(strategy_traces()[:3])
+    chooser, summary = cross_validated_chooser(strategy_traces()[:3])
     assert chooser is None and "it takes 4 to cross-validate" in summary["why"]
+
+
+def test_a_chooser_that_finds_less_than_the_lm_is_not_kept() -> None:
+    # the LM chose the best search for every step: no rule over these features does better
+    traces = [TracedQuestion(t.id, [], 1.0, searches=[replace(s, lm_strategy=max(s.recall, key=s.recall.__getitem__))
+                                                     for s in t.searches]) for t in strategy_traces()]
+    for t in traces[:4]:  # half the figure queries are found by vector search alone: the features cannot tell
+        t.searches[0] = searched(FIGURE_QUERY, keyword=0.0, vector=1.0, lm="vector")
+    chooser, summary = cross_validated_chooser(traces)
+    assert chooser is None and summary["learned_recall"] < summary["lm_recall"] == summary["oracle_recall"]
+    assert summary["why"].startswith("out of fold it finds less evidence")
+
+
+def test_a_chooser_of_steps_that_tie_every_way_searches_hybrid() -> None:
+    ties = [TracedQuestion(f"q{n}", [], 1.0, searches=[searched(NAME_QUERY, 0.5, 0.5)]) for n in range(4)]
+    chooser, summary = cross_validated_chooser(ties)
+    assert chooser is not None and chooser.strategies[0] == "hybrid" and summary["ties"] == 4
+    assert chooser.choose("anything at all", None)[0] == "hybrid"  # the supervisor's own fallback
+
+
+def test_distill_policy_learns_a_strategy_from_one_step_plans_without_decision_points() -> None:
+    policy = fit_policy(strategy_traces(), 0.02, {})  # no question has a decision point, as --no-revise gives
+    assert policy.finish is None and policy.revise is None and policy.strategy is not None
+    assert policy.summary["replayed"] == {} and "none had a decision point" in report(policy)
+
+
+class Searches:
+    """A step researcher whose every search finds one passage of its own: STRATEGY.md."""
+
+    def __init__(self) -> None:
+        self.reranked: list[str] = []  # the queries read
+
+    def search_documents(self, query: str, strategy: str, section: str | None) -> list[Passage]:
+        return [Passage(f"{strategy}-1", "text", f"{strategy}.md", section or "", 1.0)]
+
+    def rerank(self, query: str, candidates: list[Passage]) -> tuple[list[Passage], list[Passage], list[Any]]:
+        self.reranked.append(query)
+        return candidates, candidates, []
+
+
+def test_a_traced_step_is_searched_every_way_and_read_as_the_step_reads_it() -> None:
+    program = SimpleNamespace(researcher=Searches())
+    step = StepRecord(0, "Revenue?", "search_docs", [], "Item 7", "", query="revenue 2023", strategy="vector")
+    example = dspy.Example(gold_passages=["keyword.md"], gold_sections=[])
+    searched_step = searched_every_way(program, example, step)  # type: ignore[arg-type]
+    assert searched_step == SearchedStep("revenue 2023", "Item 7", "vector",
+                                         {"vector": 0.0, "keyword": 1.0, "hybrid": 0.0})
+    assert program.researcher.reranked == ["revenue 2023"] * 3
+    web = replace(step, tool="search_web", strategy=None)
+    assert searched_every_way(program, example, web) is None  # type: ignore[arg-type]
+    assert searched_every_way(program, dspy.Example(gold_passages=[], gold_sections=[]), step) is None  # type: ignore[arg-type]
 
 
 def test_the_classifiers_round_trip_through_json(tmp_path: Path) -> None:
     model, policy, x = fitted()
     policy.revise = classifier_of(fit_classifier(x, (x[:, 5] > 0).astype(int)), 0.7)
-    policy.strategy, _ = fit_strategy(strategy_traces())
+    policy.strategy, _ = cross_validated_chooser(strategy_traces())
     saved = policy.save(tmp_path)
     raw = json.loads(saved.read_text())
     assert raw["features"] == list(FEATURES) and raw["format"] == "dspy-rag-policy" and raw["version"] == 3
@@ -246,7 +311,7 @@ def test_the_classifiers_round_trip_through_json(tmp_path: Path) -> None:
 
 
 def test_a_policy_of_a_strategy_chooser_alone_loads(tmp_path: Path) -> None:
-    chooser, _ = fit_strategy(strategy_traces())
+    chooser, _ = cross_validated_chooser(strategy_traces())
     LearnedPolicy(list(FEATURES), strategy=chooser).save(tmp_path)
     loaded = LearnedPolicy.load(tmp_path)
     assert loaded.strategy == chooser and loaded.finish is None and loaded.revise is None
@@ -276,10 +341,14 @@ def test_a_first_version_policy_loads_as_its_finish_classifier(tmp_path: Path) -
     (lambda raw: raw["strategy"].update(intercepts=[0.5]), "corrupt (its strategy coefficients do not fit"),
     (lambda raw: raw["strategy"].update(scales=[0.0] * len(QUERY_FEATURES)), "query feature scale is not positive"),
     (lambda raw: raw["strategy"].pop("means"), "corrupt (its strategy chooser is not whole)"),
+    (lambda raw: raw["strategy"].update(intercepts=5), "corrupt (its strategy coefficients do not fit"),
+    (lambda raw: raw["strategy"].update(strategies=[["vector"]]), "corrupt (its strategies"),
+    (lambda raw: raw["strategy"].update(means=[True] * len(QUERY_FEATURES)), "strategy coefficients do not fit"),
+    (lambda raw: raw["finish"].update(means=5), "corrupt (its coefficients do not fit its features)"),
 ])
 def test_a_policy_that_does_not_fit_the_program_is_refused(tmp_path: Path, change: Any, message: str) -> None:
     _, policy, _ = fitted()
-    policy.strategy, _ = fit_strategy(strategy_traces())
+    policy.strategy, _ = cross_validated_chooser(strategy_traces())
     raw = json.loads(policy.save(tmp_path).read_text())
     change(raw)
     (tmp_path / POLICY_FILE).write_text(json.dumps(raw))
@@ -383,13 +452,15 @@ def test_ask_with_the_learned_policy_makes_no_policy_call(policy_workspace: Path
 
 
 def test_ask_with_a_learned_strategy_chooser_asks_no_supervisor(policy_workspace: Path) -> None:
-    chooser, _ = fit_strategy(strategy_traces())
+    n = len(QUERY_FEATURES)
+    chooser = StrategyChooser(["keyword", "vector", "hybrid"], list(QUERY_FEATURES), [0.0] * n, [1.0] * n,
+                              [[0.0] * n] * 3, [0.9, 0.5, 0.1])
     LearnedPolicy(list(FEATURES), constant(3.0), strategy=chooser).save(policy_workspace / "artifacts" / "tiny-art")
     trajectory = ask_json("--policy", "learned")
     assert [c["module"] for c in trajectory["calls"]] == ["plan", "rewrite", "reflect", "answer"]
     (researched,) = trajectory["steps"]
-    assert researched["strategy"] in STRATEGIES
-    assert researched["strategy_reason"].startswith("learned: predicted evidence recall ")
+    assert researched["strategy"] == "keyword"  # the scripted supervisor LM would have said hybrid
+    assert researched["strategy_reason"] == "learned: predicted evidence recall keyword 0.90, vector 0.50, hybrid 0.10"
     # under the LM policy the supervisor LM chooses, whatever the artifact's policy holds
     assert "supervise" in [c["module"] for c in ask_json("--policy", "llm")["calls"]]
 
@@ -411,6 +482,13 @@ def test_distill_policy_learns_the_strategy_from_steps_searched_every_way(policy
     assert strategy["mean_recall"] == {name: 0.5 for name in STRATEGIES} and strategy["ties"] == 8
     assert policy.strategy is not None and sorted(policy.strategy.strategies) == sorted(STRATEGIES)
     assert "strategy: 8 searched steps of 4 questions (8 tied every way)" in result.stderr
+    # distilled again: the traces, their searched steps included, come back from the run store
+    again = invoke("distill-policy", "--trainset", str(policy_workspace / "tiny.yaml"), "--artifact", "tiny-art",
+                   "--no-revise")
+    assert again.returncode == 0, again.stderr
+    assert "traced runs: 0 run, 4 reused from the run store" in again.stderr
+    redone = LearnedPolicy.load(policy_workspace / "artifacts" / "tiny-art")
+    assert redone.summary["strategy"] == strategy and redone.strategy == policy.strategy
 
 
 def test_ask_with_the_learned_policy_needs_a_distilled_one(policy_workspace: Path) -> None:

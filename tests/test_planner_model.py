@@ -68,6 +68,7 @@ def test_a_planner_model_is_built_once_and_only_when_it_differs(monkeypatch: pyt
 
 @pytest.mark.parametrize(("model", "planner", "shared"), [
     ("openai/gpt-4o-mini", "openai/gpt-4o", True),  # one provider, one key
+    ("openai/gpt-4o-mini", "gpt-4o", True),  # LiteLLM's openai, unprefixed
     ("openai/gpt-4o-mini", "anthropic/claude-3-5-haiku-latest", False),
     ("openai/gpt-4o-mini", "local/qwen2.5-coder-1.5b", False),
 ])
@@ -105,10 +106,13 @@ def test_eval_and_the_planner_share_one_loaded_model(monkeypatch: pytest.MonkeyP
 
     built: list[str] = []
     monkeypatch.setattr(models, "build_lm", lambda config: built.append(config.model) or DummyLM([]))
-    lm = scratch_config(Path("/nonexistent"), **{"lm.planner_model": "local/qwen2.5-coder-1.5b"}).lm
-    as_planner = planner_lm(lm)
-    as_model = models.loaded(lm.model_copy(update={"model": "local/qwen2.5-coder-1.5b"}))
-    assert as_planner is as_model and built == ["local/qwen2.5-coder-1.5b"]
+    lm = scratch_config(Path("/nonexistent"), **{"lm.planner_model": "local/qwen2.5-coder-1.5b",
+                                                 "lm.api_key": "sk-secret", "lm.timeout": 30}).lm
+    as_planner = planner_lm(lm)  # without the key: the planner is not the key's provider's
+    as_column = models.loaded(lm.model_copy(update={"model": "local/qwen2.5-coder-1.5b"}))  # with it
+    assert as_planner is as_column and built == ["local/qwen2.5-coder-1.5b"]  # a local model reads neither
+    wider = lm.model_copy(update={"model": "local/qwen2.5-coder-1.5b", "context_window": 8192})
+    assert models.loaded(wider) is not as_column and len(built) == 2  # a setting it reads: another load
 
 
 def with_planner(config: Config, model: str | None) -> Config:

@@ -106,7 +106,8 @@ def ask(
         raise UserError("--trace saves the deep program's trajectory; the baseline has none (drop one of the two)")
     if trace is not None:  # checked now: the trajectory is written after the research
         paths.output_file(trace, "--trace")
-    settings = config_of(config, **{"index.path": index, "lm.model": model, "lm.planner_model": "" if planner_model == "none" else planner_model})
+    settings = config_of(config, **{"index.path": index, "lm.model": model,
+                                    "lm.planner_model": "" if planner_model == "none" else planner_model})
     say = Interruptible(QUIET.say if as_json else progress)
     research = Research.open(settings, pipeline, policy, artifact, web, on_event=say)
     also = f" and web search ({research.web.name})" if research.web else ""
@@ -147,8 +148,8 @@ def ask(
         for citation in result.citations:
             out.print(f"  [{citation.label}] {source_name(citation.source)} · {citation.chunk_id}")
     stopped = f" · stopped early: {trajectory['stopped_early']}" if trajectory and trajectory["stopped_early"] else ""
-    separate = settings.lm.separate_planner
-    planner = f" (planner {separate})" if pipeline == "deep" and separate else ""
+    planning = settings.lm.separate_planner
+    planner = f" (planner {planning})" if pipeline == "deep" and planning else ""
     out.print(styled(("\n" + f"{pipeline} · {settings.lm.model}{planner} · {usage['lm_calls']} LM call(s) · "
                       f"{usage['prompt_tokens'] + usage['completion_tokens']} tokens · {answer.seconds:.1f} s{stopped}",
                       "dim")))
