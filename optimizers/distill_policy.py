@@ -183,13 +183,13 @@ def fit_chooser(x: np.ndarray, recall: dict[str, np.ndarray]) -> StrategyChooser
     """Per strategy a ridge regression of its recall over the standardised features; strategies ordered by mean
     recall, best first, so a tie goes to the better one on the mean."""
     from sklearn.linear_model import Ridge
+    from sklearn.preprocessing import StandardScaler
 
     from dspy_rag.pipelines.strategy_chooser import QUERY_FEATURES, StrategyChooser
 
     order = sorted(recall, key=lambda name: (-float(recall[name].mean()), TIE_ORDER.index(name)))
-    means, scales = x.mean(axis=0), x.std(axis=0)
-    scales[scales == 0] = 1.0  # a feature constant on the traced steps carries no weight
-    standard = (x - means) / scales
+    scaler = StandardScaler().fit(x)  # as the stop classifiers standardise: a constant feature gets scale 1
+    means, scales, standard = scaler.mean_, scaler.scale_, scaler.transform(x)
     models = [Ridge(alpha=STRATEGY_RIDGE).fit(standard, recall[name]) for name in order]
     return StrategyChooser(order, list(QUERY_FEATURES), means.tolist(), scales.tolist(),
                            [m.coef_.tolist() for m in models], [float(m.intercept_) for m in models])
