@@ -23,10 +23,10 @@ from dspy_rag.evals.rows import weighted
 from dspy_rag.evals.stats import gain_interval, verdict
 from dspy_rag.evals.stored_runs import AnswerRuns
 from dspy_rag.ledger import LedgerEntry, append
-from dspy_rag.models import build_lm, mark, planner_lm, settings_for, usage_after
+from dspy_rag.models import loaded, mark, planner_lm, settings_for, usage_after
 from dspy_rag.optimizers.evidence import with_found_evidence
 from dspy_rag.optimizers.pool import Pool, PooledProgram, SetPrograms
-from dspy_rag.optimizers.teleprompters import CALLS_PER_RUN, OPTIMIZERS, Optimizer, settings_for
+from dspy_rag.optimizers.teleprompters import CALLS_PER_RUN, OPTIMIZERS, Optimizer, optimizer_settings
 from dspy_rag.pipelines.programs import build_program
 from dspy_rag.reporter import QUIET, Bars, Reporter
 from dspy_rag.retrieval import Retriever
@@ -211,7 +211,7 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
     if request.optimizer not in OPTIMIZERS:
         raise UserError(f"unknown optimizer '{request.optimizer}'; choose {', '.join(OPTIMIZERS)}")
     optimizer = OPTIMIZERS[request.optimizer]
-    settings = settings_for(optimizer, request.settings)
+    settings = optimizer_settings(optimizer, request.settings)
     pool = Pool.load(request.trainset)
     data = splits(pool, optimizer, request.train_limit, request.dev_limit)
     model = config.lm.model
@@ -225,8 +225,8 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
                   for name, (index, _web) in tools.items()}
     data.train = with_found_evidence(data.train, retrievers)
     reporter.say(f"loading {model}" + (f" and the teacher {request.teacher}" if request.teacher else ""))
-    lm = build_lm(config.lm)
-    teacher = build_lm(settings_for(config.lm, request.teacher)) if request.teacher else None
+    lm = loaded(config.lm)  # a teacher that is also the planner model loads once
+    teacher = loaded(settings_for(config.lm, request.teacher)) if request.teacher else None
     dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
     program = build_program("deep", config, *tools[pool.sets[0].name])
     if request.parent:

@@ -169,7 +169,7 @@ OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
 )}
 
 
-def settings_for(optimizer: Optimizer, overrides: dict[str, Any]) -> dict[str, Any]:
+def optimizer_settings(optimizer: Optimizer, overrides: dict[str, Any]) -> dict[str, Any]:
     """The optimizer's settings with the overrides, each of its default's type (a count stays a whole number)."""
     if unknown := set(overrides) - set(optimizer.defaults):
         raise UserError(f"{optimizer.name} has no setting {', '.join(sorted(unknown))}; choose from "

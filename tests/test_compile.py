@@ -11,7 +11,7 @@ import pytest
 from dspy.utils import DummyLM
 
 from conftest import CALLS_PER_RUN, REPLIES, scratch_config
-from dspy_rag import artifacts
+from dspy_rag import artifacts, models
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 from dspy_rag.evals.research_metric import ResearchMetric, example_of, gold_evidence
@@ -39,7 +39,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> list[DummyLM]:
         made.append(DummyLM(REPLIES, adapter=dspy.JSONAdapter()))
         return made[-1]
 
-    monkeypatch.setattr(compiling, "build_lm", build_lm)
+    monkeypatch.setattr(models, "build_lm", build_lm)
     return made
 
 
@@ -133,16 +133,19 @@ def test_labeled_search_records_each_draws_validation_score(trainset: Path, sett
     assert [c["seed"] for c in kept["candidates"]] == [0, 1]
     assert all(0.0 <= c["validation"] <= 1.0 for c in kept["candidates"])
     # the draws' validation runs went through the run store: compiled again, nothing is run
+    calls = sum(len(lm.history) for lm in scripted)
     again = run(trainset, settings, "labeled-search", settings={"draws": 2}, name="again")
-    assert again.optimizer_settings["candidates"] == kept["candidates"] and len(scripted[-1].history) == 0
+    assert again.optimizer_settings["candidates"] == kept["candidates"]
+    assert sum(len(lm.history) for lm in scripted) == calls
 
 
 def test_a_recompile_starts_from_its_parent(trainset: Path, settings: Config, scripted: list[DummyLM]) -> None:
     first = run(trainset, settings, "labeled")
+    calls = len(scripted[0].history)  # the process's one model, loaded once for both compiles
     manifest = run(trainset, settings, "bootstrap", parent="tiny-labeled")
     assert manifest.parent == "tiny-labeled" and manifest.dev_before == first.dev_after
     # the parent's dev scores came from the cache: only bootstrapping (q1-q3) and the dev run after spent calls
-    assert len(scripted[1].history) == (3 + 2) * CALLS_PER_RUN
+    assert len(scripted) == 1 and len(scripted[0].history) - calls == (3 + 2) * CALLS_PER_RUN
     entries = read(settings.artifacts.path / "ledger.jsonl")
     assert [(e.artifact, e.parent) for e in entries] == [("tiny-labeled", None), ("tiny-bootstrap", "tiny-labeled")]
 
@@ -169,9 +172,18 @@ def test_an_existing_name_is_refused_before_any_work(trainset: Path, settings: C
                                                      scripted: list[DummyLM]) -> None:
     run(trainset, settings, "labeled")
     made = len(scripted)
+    models._LOADED.clear()  # a model loaded for the refused compile would be built again
     with pytest.raises(UserError, match="--replace"):
         run(trainset, settings, "labeled")
     assert len(scripted) == made  # no LM was even loaded
+
+
+def test_a_teacher_that_is_also_the_planner_model_loads_once(trainset: Path, settings: Config,
+                                                            scripted: list[DummyLM]) -> None:
+    teacher = "local/qwen2.5-coder-1.5b"
+    planned = settings.model_copy(update={"lm": settings.lm.model_copy(update={"planner_model": teacher})})
+    run(trainset, planned, "labeled", teacher=teacher)
+    assert len(scripted) == 2  # the model, and one for the teacher and the planner
 
 
 def test_unknown_optimizer_and_setting_are_one_line_errors(trainset: Path, settings: Config) -> None:
@@ -264,7 +276,6 @@ def test_ask_runs_an_artifact_under_another_model_and_says_so(trainset: Path, se
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    from dspy_rag import models
     from dspy_rag.cli import app
 
     run(trainset, settings, "labeled")
@@ -328,7 +339,7 @@ PROPOSER_REPLIES = {
 def test_the_searching_optimizers_compile_end_to_end(trainset: Path, other: Path, settings: Config, optimizer: str,
                                                      options: dict[str, int], pooled: bool,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compiling, "build_lm", lambda _config: DummyLM({**PROPOSER_REPLIES, **REPLIES},
+    monkeypatch.setattr(models, "build_lm", lambda _config: DummyLM({**PROPOSER_REPLIES, **REPLIES},
                                                                        adapter=dspy.JSONAdapter()))
     manifest = run(Path(f"{trainset},{other}") if pooled else trainset, settings, optimizer, settings=options)
     assert manifest.optimizer == optimizer and manifest.optimizer_settings["train"] > 0

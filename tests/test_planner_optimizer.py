@@ -10,6 +10,7 @@ import pytest
 from dspy.utils import DummyLM
 
 from conftest import REPLIES, scratch_config
+from dspy_rag import models
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 from dspy_rag.evals.plan_metric import PlanMetric, match
@@ -78,7 +79,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
 
 @pytest.fixture()
 def follows(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compiling, "build_lm", lambda _config: Follows(REPLIES, adapter=dspy.JSONAdapter()))
+    monkeypatch.setattr(models, "build_lm", lambda _config: Follows(REPLIES, adapter=dspy.JSONAdapter()))
 
 
 class Notes(Quiet):

@@ -11,20 +11,20 @@ from dspy.utils import DummyLM
 from typer.testing import CliRunner
 
 from conftest import REPLIES, invoke, scratch_config
-from dspy_rag import artifacts
+from dspy_rag import artifacts, models
 from dspy_rag.cli import app
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 from dspy_rag.ledger import read
 from dspy_rag.optimizers import compile as compiling
 from dspy_rag.optimizers.answer_kinds import answer_kind
-from dspy_rag.optimizers.teleprompters import OPTIMIZERS, settings_for
+from dspy_rag.optimizers.teleprompters import OPTIMIZERS, optimizer_settings
 from dspy_rag.trainsets.registry import load_trainset
 
 @pytest.fixture()
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
     monkeypatch.setenv("DSPY_RAG_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(compiling, "build_lm", lambda _config: DummyLM(REPLIES, adapter=dspy.JSONAdapter()))
+    monkeypatch.setattr(models, "build_lm", lambda _config: DummyLM(REPLIES, adapter=dspy.JSONAdapter()))
     return scratch_config(tmp_path, **{"artifacts.path": tmp_path / "artifacts", "retrieval.reranker": "none"})
 
 
@@ -139,10 +139,10 @@ def test_a_set_named_twice_is_refused(trainset: Path, settings: Config) -> None:
 
 def test_stratify_is_a_switch_of_the_labeled_optimizer() -> None:
     labeled = OPTIMIZERS["labeled"]
-    assert settings_for(labeled, {})["stratify"] is True
-    assert settings_for(labeled, {"stratify": "false"})["stratify"] is False
+    assert optimizer_settings(labeled, {})["stratify"] is True
+    assert optimizer_settings(labeled, {"stratify": "false"})["stratify"] is False
     with pytest.raises(UserError, match="stratify takes true or false"):
-        settings_for(labeled, {"stratify": "maybe"})
+        optimizer_settings(labeled, {"stratify": "maybe"})
 
 
 def test_dry_run_estimates_the_pooled_run(trainset: Path, other: Path) -> None:

@@ -23,7 +23,6 @@ from dspy_rag.cli import app
 from dspy_rag.config import Config
 from dspy_rag.evals.stored_runs import AnswerRuns
 from dspy_rag.ledger import read
-from dspy_rag.optimizers import compile as compiling
 from dspy_rag.pipelines.programs import build_program
 from dspy_rag.run_store import RunStore, code_files, run_context
 from dspy_rag.trainsets.registry import Trainset, load_trainset
@@ -171,7 +170,7 @@ def test_runs_list_counts_by_set_model_and_program_and_prune_empties(tmp_path: P
 @pytest.fixture()
 def scripted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[DummyLM]:
     """The scripted LM for eval and compile, both run from the same configuration file."""
-    return scripted_lms(monkeypatch, tmp_path, models, compiling)
+    return scripted_lms(monkeypatch, tmp_path, models)
 
 
 def cli(*args: str) -> Any:

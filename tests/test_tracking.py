@@ -11,6 +11,7 @@ import pytest
 from dspy.utils import DummyLM
 
 from conftest import REPLIES, scratch_config
+from dspy_rag import models
 from dspy_rag.config import Config
 from dspy_rag.ledger import read
 from dspy_rag.optimizers import compile as compiling
@@ -29,7 +30,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         lm.kwargs["api_key"] = SECRET  # as a served model's LM carries it
         return lm
 
-    monkeypatch.setattr(compiling, "build_lm", build_lm)
+    monkeypatch.setattr(models, "build_lm", build_lm)
 
 
 class Said(Quiet):

@@ -91,7 +91,7 @@ def compile_command(
     from dspy_rag.evals.research_metric import metric_weights
     from dspy_rag.optimizers.compile import CompileRequest, compile_program, estimate, splits
     from dspy_rag.optimizers.pool import Pool
-    from dspy_rag.optimizers.teleprompters import OPTIMIZERS, settings_for
+    from dspy_rag.optimizers.teleprompters import OPTIMIZERS, optimizer_settings
     from dspy_rag.trainsets.registry import trainset_names
 
     settings = config_of(config, **{"lm.model": model})
@@ -102,13 +102,13 @@ def compile_command(
     if optimizer not in OPTIMIZERS:
         raise UserError(f"unknown optimizer '{optimizer}'; choose {', '.join(OPTIMIZERS)}")
     chosen = OPTIMIZERS[optimizer]
-    settings_for(chosen, request.settings)
+    optimizer_settings(chosen, request.settings)
     if name is not None:
         artifacts.folder_for(settings.artifacts.path, name)
     if dry_run:
         pool = Pool.load(request.trainset)
         data = splits(pool, chosen, train_limit, dev_limit)
-        cost = estimate(chosen, settings_for(chosen, request.settings), data, settings.lm.model, teacher)
+        cost = estimate(chosen, optimizer_settings(chosen, request.settings), data, settings.lm.model, teacher)
         if as_json:
             print_json({"optimizer": optimizer, "trainset": pool.name, "trainsets": pool.record(), "model": settings.lm.model, "teacher": teacher,
                         "train": len(data.train), "val": len(data.val), "dev": len(data.dev), **asdict(cost)})
