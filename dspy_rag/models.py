@@ -243,6 +243,19 @@ def settings_for(config: LMConfig, model: str) -> LMConfig:
                                      **({} if same else {"api_base": None, "api_key": None})})
 
 
+def loaded_beside(config: LMConfig, model: str) -> dspy.LM:
+    """The LM for another model beside `config.model`, with the settings `settings_for` gives it, loaded once a
+    process; its error says so when the configured key was withheld from it."""
+    scoped = settings_for(config, model)
+    try:
+        return loaded(scoped)
+    except UserError as error:
+        if config.api_key is not None and scoped.api_key is None:
+            raise UserError(f"{error}; lm.api_key goes only to models of lm.model's provider "
+                            f"({provider(config.model)})") from error
+        raise
+
+
 def planner_lm(config: LMConfig) -> dspy.LM | None:
     """The planner's own model (`lm.planner_model`, with the other LM settings as `settings_for` gives them),
     loaded once a process; None when the model plans."""
@@ -250,6 +263,6 @@ def planner_lm(config: LMConfig) -> dspy.LM | None:
     if planner is None:
         return None
     try:
-        return loaded(settings_for(config, planner))
+        return loaded_beside(config, planner)
     except UserError as error:
         raise UserError(f"lm.planner_model: {error}") from error

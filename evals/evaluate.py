@@ -307,6 +307,19 @@ def progress_text(column: Column, run: StoredRun) -> str:
     return f"f1 {row.f1:.2f} {row.seconds:.0f} s{failed}{same}{reused}"
 
 
+def column_settings(config: Config, column: Column) -> Config:
+    """A column's settings: its model's as `settings_for` scopes them (its planner's scoped again from those), its
+    guard or role switched."""
+    from dspy_rag.models import settings_for
+
+    scoped = settings_for(config.lm, column.model).model_copy(update={"planner_model": column.planner})
+    settings = config.model_copy(update={"lm": scoped})
+    if (switch := column.switch) is not None:
+        switched = getattr(config, switch.part).model_copy(update={switch.name: switch.on})
+        settings = settings.model_copy(update={switch.part: switched})
+    return settings
+
+
 def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str] | None = None,
              artifact: list[str] | None = None, model: list[str] | None = None, policy: list[str] | None = None,
              without: list[str] | None = None, limit: int | None = None, out_dir: Path | None = None,
@@ -321,7 +334,7 @@ def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str]
     import dspy
 
     from dspy_rag.evals.research_metric import DEFAULT_WEIGHTS, describe
-    from dspy_rag.models import loaded, settings_for
+    from dspy_rag.models import loaded_beside
     from dspy_rag.pipelines.policy import PolicyMode
     from dspy_rag.pipelines.programs import program_for
 
@@ -354,20 +367,11 @@ def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str]
 
     def lm_for(name: str) -> dspy.LM:
         """One LM per model, shared by its columns, the judge and a planner of the same model."""
-        return loaded(settings_for(config.lm, name))
-
-    def settings_of(column: Column) -> Config:
-        switch = column.switch
-        settings = config.model_copy(update={"lm": config.lm.model_copy(update={"model": column.model,
-                                                                                "planner_model": column.planner})})
-        if switch is not None:
-            switched = getattr(config, switch.part).model_copy(update={switch.name: switch.on})
-            settings = settings.model_copy(update={switch.part: switched})
-        return settings
+        return loaded_beside(config.lm, name)
 
     def preparer(trainset: Trainset, eval_set: EvalSet) -> Prepare:
         def prepare(column: Column) -> tuple[dspy.Module, AnswerRuns]:
-            settings = settings_of(column)
+            settings = column_settings(config, column)
             program = program_for(column.pipeline, settings, eval_set.index, eval_set.web, column.policy,
                                   artifact=column.artifact)
             context = run_context(program, settings, trainset.name, trainset.content_hash, column.label,

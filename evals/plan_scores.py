@@ -61,7 +61,7 @@ def configuration(trainsets: str, model: str, artifact: str) -> dict[str, str]:
 def scored_before(out: Path, wanted: dict[str, str]) -> bool:
     """`out` has a line for this configuration (torn lines skipped)."""
     try:
-        lines = out.read_text().splitlines()
+        lines = out.read_bytes().decode("utf-8", "replace").splitlines()  # a line torn mid-character
     except FileNotFoundError:
         return False
     for line in lines:

@@ -23,7 +23,7 @@ from dspy_rag.evals.rows import weighted
 from dspy_rag.evals.stats import gain_interval, verdict
 from dspy_rag.evals.stored_runs import AnswerRuns
 from dspy_rag.ledger import LedgerEntry, append
-from dspy_rag.models import loaded, mark, planner_lm, settings_for, usage_after
+from dspy_rag.models import loaded, loaded_beside, mark, planner_lm, usage_after
 from dspy_rag.optimizers.evidence import with_found_evidence
 from dspy_rag.optimizers.pool import Pool, PooledProgram, SetPrograms
 from dspy_rag.optimizers.teleprompters import CALLS_PER_RUN, OPTIMIZERS, Optimizer, optimizer_settings
@@ -226,7 +226,7 @@ def compile_program(request: CompileRequest, config: Config, reporter: Reporter 
     data.train = with_found_evidence(data.train, retrievers)
     reporter.say(f"loading {model}" + (f" and the teacher {request.teacher}" if request.teacher else ""))
     lm = loaded(config.lm)  # a teacher that is also the planner model loads once
-    teacher = loaded(settings_for(config.lm, request.teacher)) if request.teacher else None
+    teacher = loaded_beside(config.lm, request.teacher) if request.teacher else None
     dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
     program = build_program("deep", config, *tools[pool.sets[0].name])
     if request.parent:

@@ -122,13 +122,17 @@ class LearnedPolicy:
     def from_json(cls, raw: Any, path: Path) -> "LearnedPolicy":
         if not isinstance(raw, dict) or raw.get("format") != FORMAT:
             raise UserError(f"{path} is not a dspy-rag policy; run `dspy-rag distill-policy` again")
-        if not isinstance(raw.get("version"), int) or raw["version"] > POLICY_VERSION:
-            raise UserError(f"{path} was written by a newer dspy-rag (policy version {raw.get('version')}, this one "
+        version = raw.get("version")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise UserError(f"{path} is corrupt (version {version!r:.20} is no policy version); run `dspy-rag "
+                            "distill-policy` again")
+        if version > POLICY_VERSION:
+            raise UserError(f"{path} was written by a newer dspy-rag (policy version {version}, this one "
                             f"reads up to {POLICY_VERSION}); upgrade dspy-rag")
         if raw.get("features") != list(FEATURES):
             raise UserError(f"{path} was distilled for other features than this program computes "
                             f"({mismatch(raw.get('features'))}); run `dspy-rag distill-policy` again")
-        parts = ({"finish": raw, "revise": None} if raw["version"] == 1
+        parts = ({"finish": raw, "revise": None} if version == 1
                  else {name: raw.get(name) for name in DECISIONS})
         classifiers = {name: None if part is None else Classifier.from_json(part, path) for name, part in parts.items()}
         strategy = None if raw.get("strategy") is None else StrategyChooser.from_json(raw["strategy"], path)

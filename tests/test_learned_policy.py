@@ -326,11 +326,22 @@ def test_a_first_version_policy_loads_as_its_finish_classifier(tmp_path: Path) -
     assert loaded.finish == policy.finish and loaded.revise is None
 
 
+def test_a_second_version_policy_without_a_strategy_chooser_loads(tmp_path: Path) -> None:
+    _, policy, _ = fitted()
+    raw = json.loads(policy.save(tmp_path).read_text())
+    raw.pop("strategy")
+    (tmp_path / POLICY_FILE).write_text(json.dumps({**raw, "version": 2}))
+    loaded = LearnedPolicy.load(tmp_path)
+    assert loaded.finish == policy.finish and loaded.strategy is None
+
+
 @pytest.mark.parametrize(("change", "message"), [
     (lambda raw: raw.update(features=[f for f in FEATURES if f != "novelty"] + ["mood"]),
      "distilled for other features than this program computes (lacks novelty; has unknown mood)"),
     (lambda raw: raw.update(features=list(reversed(FEATURES))), "same features in another order"),
     (lambda raw: raw.update(version=99), "newer dspy-rag"),
+    (lambda raw: raw.update(version=True), "corrupt (version True is no policy version)"),
+    (lambda raw: raw.update(version=0), "corrupt (version 0 is no policy version)"),
     (lambda raw: raw.update(format="other"), "not a dspy-rag policy"),
     (lambda raw: raw["finish"].update(coefficients=[1.0]), "corrupt (its coefficients do not fit its features)"),
     (lambda raw: raw["finish"].update(scales=[0.0] * len(FEATURES)), "scale is not positive"),

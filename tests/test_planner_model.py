@@ -12,7 +12,7 @@ from dspy.utils import DummyLM
 from conftest import invoke, scratch_config
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
-from dspy_rag.evals.evaluate import columns_of
+from dspy_rag.evals.evaluate import column_settings, columns_of
 from dspy_rag.evals.rows import run_question
 from dspy_rag.index import Index
 from dspy_rag.models import planner_lm
@@ -84,6 +84,33 @@ def test_a_planner_model_gets_the_key_and_base_url_only_from_its_own_provider(
     (settings,) = built
     assert settings.model == planner
     assert (settings.api_key is not None, settings.api_base is not None) == (shared, shared)
+
+
+@pytest.mark.parametrize(("column", "planner", "keyed"), [
+    ("openai/gpt-4o", "openai/gpt-4o-mini", True),
+    ("anthropic/claude-3-5-sonnet-latest", "anthropic/claude-3-5-haiku-latest", False),  # the key is OpenAI's
+])
+def test_an_eval_columns_model_and_planner_get_the_key_only_from_lm_models_provider(
+        monkeypatch: pytest.MonkeyPatch, column: str, planner: str, keyed: bool) -> None:
+    from dspy_rag import models
+
+    built: list[Any] = []
+    monkeypatch.setattr(models, "build_lm", lambda config: built.append(config) or DummyLM([]))
+    config = scratch_config(Path("/nonexistent"), **{"lm.model": "openai/gpt-4o-mini", "lm.api_key": "sk-secret"})
+    (deep,) = columns_of(["deep"], ["none"], [column], planners=[planner])
+    settings = column_settings(config, deep)
+    planner_lm(settings.lm)
+    assert [(s.model, s.api_key is not None) for s in built] == [(planner, keyed)]
+    assert (settings.lm.model, settings.lm.api_key is not None) == (column, keyed)
+
+
+def test_a_withheld_key_is_named_in_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dspy_rag import models
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    lm = scratch_config(Path("/nonexistent"), **{"lm.api_key": "sk-secret"}).lm  # the local model's
+    with pytest.raises(UserError, match=r"needs OPENAI_API_KEY.*lm.api_key goes only to models of lm.model's"):
+        models.loaded_beside(lm, "openai/gpt-4o-mini")
 
 
 def test_an_unknown_planner_model_names_the_setting() -> None:

@@ -149,8 +149,14 @@ def test_plan_scores_plans_with_the_model_under_test_not_a_configured_planner_mo
     monkeypatch.setenv("DSPY_RAG_LM_PLANNER_MODEL", "local/qwen2.5-coder-1.5b")
     monkeypatch.chdir(tmp_path)
     built: list[str] = []
-    monkeypatch.setattr(plan_scores, "build_lm", lambda config: built.append(config.model) or Follows(
-        REPLIES, adapter=dspy.JSONAdapter()))
+
+    def build_lm(config: Any) -> Follows:
+        built.append(config.model)
+        return Follows(REPLIES, adapter=dspy.JSONAdapter())
+
+    # every way a model is built: the planner model would be loaded through models
+    monkeypatch.setattr(plan_scores, "build_lm", build_lm)
+    monkeypatch.setattr(models, "build_lm", build_lm)
     scored = plan_scores.plan_scores(str(other), "local/qwen2.5-coder-0.5b", "none")
     assert built == ["local/qwen2.5-coder-0.5b"] and scored["scores"] == {"p3": 0.5}
 
