@@ -1,5 +1,6 @@
-"""Two `eval` columns paired by question, each from its own results folder: per set and over all of them, each
-column's score (the compile metric's default weights) and F1, and the second column's gain over the first with
+"""`eval` columns paired by question, each from its own results folder: what each column costs over all its
+questions (steps, LM calls, tokens, seconds) beside its F1, then for every pair, per set and over all of them, both
+columns' score (the compile metric's default weights) and F1, and the later column's gain over the earlier with
 95% paired bootstrap intervals, as `eval` shows a column beside its first one. For columns that ran in separate
 evals, where one eval could not reuse the other's runs.
 
@@ -7,10 +8,12 @@ evals, where one eval could not reuse the other's runs.
         evals/results/pooled-dev-default deep+auto@qwen2.5-coder-0.5b
 """
 
+import itertools
+import statistics
 import sys
 from pathlib import Path
 
-from dspy_rag.evals.evaluate import summary
+from dspy_rag.evals.evaluate import interval_text, summary
 from dspy_rag.evals.research_metric import DEFAULT_WEIGHTS
 from dspy_rag.evals.rows import Row, cached_rows, weighted
 
@@ -57,11 +60,32 @@ def gains_table(pairs: list[tuple[Row, Row]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def costs_table(columns: dict[str, list[Row]]) -> str:
+    """Each column over all its questions: F1 with its interval, score, and what it spent, its LM calls also as a
+    change from the first column's."""
+    lines = ["| column | questions | F1 | score | steps (mean) | LM calls (mean) | calls vs first | tokens (mean) "
+             "| seconds (median) |", "|---|---|---|---|---|---|---|---|---|"]
+    first_calls = statistics.fmean(r.lm_calls for r in next(iter(columns.values())))
+    for label, rows in columns.items():
+        made, calls = summary(rows, DEFAULT_WEIGHTS, None), statistics.fmean(r.lm_calls for r in rows)
+        lines.append(f"| {label} | {len(rows)} | {made['f1']:.3f} {interval_text([r.f1 for r in rows])} | "
+                     f"{made['score']:.3f} | {made['mean_steps']:.2f} | {calls:.2f} | "
+                     f"{calls / first_calls - 1:+.1%} | {made['mean_tokens']:,} | {made['median_seconds']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str]) -> None:
-    if len(argv) != 4:
-        raise SystemExit("usage: python -m dspy_rag.evals.paired_columns FOLDER COLUMN FOLDER COLUMN")
-    first, second = column_rows(Path(argv[0]), argv[1]), column_rows(Path(argv[2]), argv[3])
-    print(gains_table(paired(first, second)), end="")
+    if len(argv) < 4 or len(argv) % 2:
+        raise SystemExit("usage: python -m dspy_rag.evals.paired_columns FOLDER COLUMN FOLDER COLUMN "
+                         "[FOLDER COLUMN ...]")
+    columns = {f"{column} ({Path(folder).name})": column_rows(Path(folder), column)
+               for folder, column in zip(argv[::2], argv[1::2], strict=True)}
+    for (_, first), (_, second) in itertools.combinations(columns.items(), 2):
+        paired(first, second)  # every column on the same questions before anything is printed
+    print(costs_table({label: list(rows.values()) for label, rows in columns.items()}))
+    for (a, first), (b, second) in itertools.combinations(columns.items(), 2):
+        print(f"{a} → {b}\n")
+        print(gains_table(paired(first, second)))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
-"""Two eval columns from separate results folders, paired by question: gains per set and over all sets."""
+"""Eval columns from separate results folders, paired by question: what each spends, and gains per set and over all
+sets."""
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
-from dspy_rag.evals.paired_columns import column_rows, gains_table, paired
+from dspy_rag.evals.paired_columns import column_rows, gains_table, main, paired
 from dspy_rag.evals.rows import Row
 
 
@@ -45,3 +46,20 @@ def test_columns_over_different_questions_or_a_missing_column_say_what_is_wrong(
         column_rows(first, "plain@m")
     with pytest.raises(SystemExit, match="no rows.jsonl with rows"):
         column_rows(tmp_path, "deep@m")
+
+
+def test_three_columns_show_their_costs_and_every_pair(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ids = [f"q{n}" for n in range(4)]
+    policies = folder_with(tmp_path / "policies", [row("s", "plan", q, 0.5) for q in ids] +
+                           [replace(row("s", "learned", q, 0.5), lm_calls=4, seconds=10.0) for q in ids])
+    llm = folder_with(tmp_path / "llm", [replace(row("s", "llm", q, 1.0), lm_calls=6, steps=2) for q in ids])
+    main([str(policies), "plan", str(llm), "llm", str(policies), "learned"])
+    printed = capsys.readouterr().out
+    costs = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in printed.splitlines()[2:5]}
+    assert costs["plan (policies)"][4:9] == ["1.00", "5.00", "+0.0%", "1,000", "20.0 |"]
+    assert costs["llm (llm)"][4:7] == ["2.00", "6.00", "+20.0%"]
+    assert costs["learned (policies)"][5:7] == ["4.00", "-20.0%"]
+    assert [line for line in printed.splitlines() if "→" in line and not line.startswith("|")] == [
+        "plan (policies) → llm (llm)", "plan (policies) → learned (policies)", "llm (llm) → learned (policies)"]
+    with pytest.raises(SystemExit, match="usage"):
+        main([str(policies), "plan", str(llm)])
