@@ -14,6 +14,7 @@ from dspy_rag import artifacts
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
 from dspy_rag.pipelines.deep import DeepResearch
+from dspy_rag.pipelines.learned_policy import LearnedPolicy
 from dspy_rag.retrieval import Retriever
 from dspy_rag.signatures import AnswerBriefly
 
@@ -127,6 +128,13 @@ def test_a_predictor_the_program_gained_since_is_taken_as_uncompiled_only_where_
     assert artifacts.migrated_predictors(older, expected) == (expected, [])
     changed = {**older, "router.route": ["question", "->", "route"]}  # compiled with it, in other fields: refused
     assert artifacts.migrated_predictors(changed, expected)[0] != expected
+
+
+def test_the_shipped_default_holds_a_whole_learned_policy_this_program_can_run() -> None:
+    # a change of the policy's features or format refuses the shipped file here: distill it again
+    policy = LearnedPolicy.load(artifacts.SHIPPED / "deep-qwen2.5-coder-0.5b")
+    assert policy.finish is not None and policy.revise is not None and policy.strategy is not None
+    assert policy.summary["artifact"] == "deep-qwen2.5-coder-0.5b" and policy.summary["decision_points"] >= 150
 
 
 @pytest.mark.slow
