@@ -10,7 +10,8 @@ more re-planning at the plan's end; each decision point gets its features, the p
 label (`policy_labels`). Per decision (FINISH while the plan has steps left, REVISE at its end) a standardised,
 class-balanced logistic regression is cross-validated by question; its threshold is the one whose out-of-fold
 decisions earn the most reward (score minus a cost per step) over the traced questions. A decision whose labels
-are too few to cross-validate is not learned (the policy follows the plan there). The search strategy is
+are too few to cross-validate, or whose out-of-fold decisions are right no more often than never taking it, is
+not learned (the policy follows the plan there, and finishes at its end). The search strategy is
 learned from every traced documents step searched every way: per strategy a ridge regression of the evidence
 recall its passages give, over the query's features, cross-validated by question against the supervisor LM's
 choices. The final models, fit on every decision point and step, are written into the artifact as `policy.json`.
@@ -261,7 +262,12 @@ def fit_part(data: Dataset, reward: Callable[[list[bool]], float], unlearnable: 
     chosen = (probabilities >= threshold).astype(int)
     summary |= {"folds": folds, "threshold": threshold, "cv_accuracy": round(float(np.mean(chosen == data.label)), 4),
                 "lm_agreement": round(float(np.mean(chosen == data.lm)), 4),
-                "lm_label_accuracy": round(float(np.mean(data.lm == data.label)), 4)}
+                "lm_label_accuracy": round(float(np.mean(data.lm == data.label)), 4),
+                "without_accuracy": round(float(np.mean(data.label == 0)), 4)}
+    if summary["cv_accuracy"] <= summary["without_accuracy"]:  # its threshold was chosen on these points: optimistic
+        return Part(None, None, summary | {"why": f"out of fold it is right at {summary['cv_accuracy']:.2f} of the "
+                                                  f"points, no more than never {data.yes} "
+                                                  f"({summary['without_accuracy']:.2f}), as the policy does without it"})
     return Part(classifier_of(fit_classifier(data.x, data.label), threshold), chosen.astype(bool).tolist(), summary)
 
 

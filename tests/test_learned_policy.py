@@ -22,9 +22,11 @@ from dspy_rag.evals.research_metric import DEFAULT_WEIGHTS, ResearchMetric, exam
 from dspy_rag.index import Index
 from dspy_rag.ledger import read
 from dspy_rag.optimizers.distill_policy import (
+    Dataset,
     classifier_of,
     cross_validated_chooser,
     fit_classifier,
+    fit_part,
     fit_policy,
     report,
 )
@@ -207,6 +209,28 @@ def fitted() -> tuple[Any, LearnedPolicy, np.ndarray]:
     finish = (x[:, 2] + 0.5 * x[:, 11] > 0).astype(int)
     model = fit_classifier(x, finish)
     return model, LearnedPolicy(list(FEATURES), classifier_of(model, 0.4), summary={"trainset": "synthetic"}), x
+
+
+def decisions(x: np.ndarray, label: np.ndarray) -> Dataset:
+    """REVISE decision points, one a question, that the LM never took."""
+    n = len(label)
+    return Dataset("REVISE", "FINISH", x, label, np.zeros(n, dtype=int), np.arange(n), {"FINISH": n})
+
+
+def test_a_decision_whose_classifier_is_right_no_more_often_than_never_taking_it_is_not_learned() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(80, len(FEATURES)))
+    rare = np.zeros(80, dtype=int)
+    rare[:12] = 1  # REVISE at 12 of 80 points, at random: the features say nothing of it
+    matches = lambda data: lambda yes: float(np.mean(np.array(yes) == data.label))  # noqa: E731
+    noise = decisions(x, rare)
+    part = fit_part(noise, matches(noise), "")
+    assert part.classifier is None and part.chosen is None and part.summary["without_accuracy"] == 0.85
+    assert part.summary["why"].startswith("out of fold it is right at") and "no more than never REVISE (0.85)" in \
+        part.summary["why"]
+    taught = decisions(x, (x[:, 3] > 1.0).astype(int))  # REVISE where one feature is high: learnable
+    kept = fit_part(taught, matches(taught), "")
+    assert kept.classifier is not None and kept.summary["cv_accuracy"] > kept.summary["without_accuracy"]
 
 
 # Queries searched every way: keyword finds the evidence of a figure's query, vector that of a name's.
@@ -476,12 +500,18 @@ def test_ask_with_a_learned_strategy_chooser_asks_no_supervisor(policy_workspace
     assert "supervise" in [c["module"] for c in ask_json("--policy", "llm")["calls"]]
 
 
-def test_distill_policy_learns_the_strategy_from_steps_searched_every_way(policy_workspace: Path) -> None:
-    rows = [json.loads(line) for line in (policy_workspace / "qs.jsonl").read_text().splitlines()]
-    source = {Path(s).name: s for s in tiny_index(policy_workspace).sources}
-    for row in rows:  # the Data Center questions' evidence is facts.md, the others' gaming.md
+def with_gold_evidence(workspace: Path) -> None:
+    """The tiny set's questions with their gold evidence: the Data Center questions' is facts.md, the others'
+    gaming.md (each step's search is then scored, and a strategy chooser learned)."""
+    rows = [json.loads(line) for line in (workspace / "qs.jsonl").read_text().splitlines()]
+    source = {Path(s).name: s for s in tiny_index(workspace).sources}
+    for row in rows:
         row["gold_passages"] = [source["facts.md" if "15.01" in row["answer"] else "gaming.md"]]
-    (policy_workspace / "qs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (workspace / "qs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_distill_policy_learns_the_strategy_from_steps_searched_every_way(policy_workspace: Path) -> None:
+    with_gold_evidence(policy_workspace)
     result = invoke("distill-policy", "--trainset", str(policy_workspace / "tiny.yaml"), "--artifact", "tiny-art",
                     "--no-revise", "--json")
     assert result.returncode == 0, result.stderr
@@ -510,13 +540,14 @@ def test_ask_with_the_learned_policy_needs_a_distilled_one(policy_workspace: Pat
 
 
 def test_distill_policy_labels_fits_and_saves_into_the_artifact(policy_workspace: Path) -> None:
+    with_gold_evidence(policy_workspace)
     result = invoke("distill-policy", "--trainset", str(policy_workspace / "tiny.yaml"), "--artifact", "tiny-art",
                     "--json")
     assert result.returncode == 0, result.stderr
     assert "q2: 2 decision point(s), scores" in result.stderr  # a log gets a line per question
     # the re-plan repeats the plan: its first step is dropped, its last searched again, to the same answer
-    assert "q2: 2 decision point(s), scores 0.62, 1.00, re-planned 1.00 (+1 steps)" in result.stderr
-    assert "8 decision points from 4 of 4 questions; FINISH: 4 decision points (FINISH 2, CONTINUE 2)" in result.stderr
+    assert "q2: 2 decision point(s), scores 0.50, 1.00, re-planned 1.00 (+1 steps)" in result.stderr
+    assert "8 decision points from 4 of 4 questions; FINISH: not learned" in result.stderr
     assert f"saved {policy_workspace / 'artifacts' / 'tiny-art' / POLICY_FILE}" in result.stderr
     policy = LearnedPolicy.load(policy_workspace / "artifacts" / "tiny-art")
     assert json.loads(result.stdout) == asdict(policy)  # --json: the saved policy, alone on stdout
@@ -526,7 +557,11 @@ def test_distill_policy_labels_fits_and_saves_into_the_artifact(policy_workspace
     assert (finish["decision_points"], finish["folds"]) == (4, 2)
     assert finish["labels"] == {"FINISH": 2, "CONTINUE": 2}  # q1 and q3 are answered after the first step
     assert finish["lm_decisions"] == {"CONTINUE": 4} and finish["lm_label_accuracy"] == 0.5
-    assert 0 <= finish["cv_accuracy"] <= 1 and policy.finish is not None
+    # the four questions' runs are alike step for step, but q1 and q3 stop after the first: no classifier can tell
+    # them apart, so none is kept, and the policy goes on while the plan has steps, as the plan policy does
+    assert (finish["cv_accuracy"], finish["without_accuracy"]) == (0.5, 0.5) and policy.finish is None
+    assert "FINISH: not learned (out of fold it is right at 0.50 of the points, no more than never FINISH" in result.stderr
+    assert policy.strategy is not None  # what it learns and saves
     # re-planning found nothing new, so REVISE never paid and cannot be learned: the policy finishes at the end
     assert policy.revise is None and summary["revise"]["labels"] == {"REVISE": 0, "FINISH": 4}
     assert "REVISE: not learned (the labels need both REVISE and FINISH" in result.stderr
@@ -566,6 +601,7 @@ def test_ask_with_a_learned_revise_replans_once_at_the_plans_end(policy_workspac
 
 
 def test_distill_policy_traces_several_trainsets_in_turn_up_to_a_number_of_decisions(policy_workspace: Path) -> None:
+    with_gold_evidence(policy_workspace)
     tiny = (policy_workspace / "tiny.yaml").read_text()
     (policy_workspace / "other.yaml").write_text(tiny.replace("name: tiny", "name: other"))
     sets = [str(policy_workspace / name) for name in ("tiny.yaml", "other.yaml")]
