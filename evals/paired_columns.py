@@ -65,7 +65,7 @@ def costs_table(columns: dict[str, list[Row]]) -> str:
     change from the first column's."""
     lines = ["| column | questions | F1 | score | steps (mean) | LM calls (mean) | calls vs first | tokens (mean) "
              "| seconds (median) |", "|---|---|---|---|---|---|---|---|---|"]
-    first_calls = statistics.fmean(r.lm_calls for r in next(iter(columns.values())))
+    first_calls = statistics.fmean(r.lm_calls for r in next(iter(columns.values()))) or 1  # a column of no calls
     for label, rows in columns.items():
         made, calls = summary(rows, DEFAULT_WEIGHTS, None), statistics.fmean(r.lm_calls for r in rows)
         lines.append(f"| {label} | {len(rows)} | {made['f1']:.3f} {interval_text([r.f1 for r in rows])} | "
@@ -78,8 +78,11 @@ def main(argv: list[str]) -> None:
     if len(argv) < 4 or len(argv) % 2:
         raise SystemExit("usage: python -m dspy_rag.evals.paired_columns FOLDER COLUMN FOLDER COLUMN "
                          "[FOLDER COLUMN ...]")
-    columns = {f"{column} ({Path(folder).name})": column_rows(Path(folder), column)
-               for folder, column in zip(argv[::2], argv[1::2], strict=True)}
+    labels = [f"{column} ({folder})" for folder, column in zip(argv[::2], argv[1::2], strict=True)]
+    if len(set(labels)) < len(labels):
+        raise SystemExit("a column is named twice; give each FOLDER COLUMN pair once")
+    columns = {label: column_rows(Path(folder), column)
+               for label, folder, column in zip(labels, argv[::2], argv[1::2], strict=True)}
     for (_, first), (_, second) in itertools.combinations(columns.items(), 2):
         paired(first, second)  # every column on the same questions before anything is printed
     print(costs_table({label: list(rows.values()) for label, rows in columns.items()}))

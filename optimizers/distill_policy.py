@@ -265,9 +265,9 @@ def fit_part(data: Dataset, reward: Callable[[list[bool]], float], unlearnable: 
                 "lm_label_accuracy": round(float(np.mean(data.lm == data.label)), 4),
                 "without_accuracy": round(float(np.mean(data.label == 0)), 4)}
     if summary["cv_accuracy"] <= summary["without_accuracy"]:  # its threshold was chosen on these points: optimistic
-        return Part(None, None, summary | {"why": f"out of fold it is right at {summary['cv_accuracy']:.2f} of the "
+        return Part(None, None, summary | {"why": f"out of fold it is right at {summary['cv_accuracy']:.3f} of the "
                                                   f"points, no more than never {data.yes} "
-                                                  f"({summary['without_accuracy']:.2f}), as the policy does without it"})
+                                                  f"({summary['without_accuracy']:.3f}), as the policy does without it"})
     return Part(classifier_of(fit_classifier(data.x, data.label), threshold), chosen.astype(bool).tolist(), summary)
 
 

@@ -101,3 +101,17 @@ def test_deep_ask_on_the_10k_records_a_complete_trajectory(tenk_folder: Path) ->
     squashed = " ".join(result["answer"].split())
     assert all(" ".join(f["sentence"].split())[:40] in squashed for f in result["flagged"])
     assert trajectory["citation_validity"] is None or 0.0 <= trajectory["citation_validity"] <= 1.0
+
+
+def test_ask_with_the_shipped_learned_policy_calls_neither_policy_nor_supervisor(tenk_folder: Path) -> None:
+    ask = run("ask", "--json", "--policy", "learned", "What was NVIDIA's Data Center revenue in fiscal year 2023?",
+              cwd=tenk_folder, env={"DSPY_RAG_BUDGETS_WALL_CLOCK_SECONDS": "1800"})
+    assert ask.returncode == 0, ask.stderr
+    assert "learned policy from hotpotqa+musique+multihop-rag+nvidia-10k" in ask.stderr  # the shipped default's
+    result = json.loads(ask.stdout)
+    steps = result["trajectory"]["steps"]
+    searched = [s for s in steps if s["strategy"] is not None]
+    assert searched and all(s["strategy_reason"].startswith("learned: predicted evidence recall") for s in searched)
+    modules = [c["module"] for c in result["trajectory"]["calls"]]
+    assert "policy" not in modules and "supervise" not in modules and modules.count("plan") >= 1
+    assert "15.01 billion" in result["short_answer"]

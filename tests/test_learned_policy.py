@@ -226,7 +226,7 @@ def test_a_decision_whose_classifier_is_right_no_more_often_than_never_taking_it
     noise = decisions(x, rare)
     part = fit_part(noise, matches(noise), "")
     assert part.classifier is None and part.chosen is None and part.summary["without_accuracy"] == 0.85
-    assert part.summary["why"].startswith("out of fold it is right at") and "no more than never REVISE (0.85)" in \
+    assert part.summary["why"].startswith("out of fold it is right at") and "no more than never REVISE (0.850)" in \
         part.summary["why"]
     taught = decisions(x, (x[:, 3] > 1.0).astype(int))  # REVISE where one feature is high: learnable
     kept = fit_part(taught, matches(taught), "")
@@ -560,7 +560,7 @@ def test_distill_policy_labels_fits_and_saves_into_the_artifact(policy_workspace
     # the four questions' runs are alike step for step, but q1 and q3 stop after the first: no classifier can tell
     # them apart, so none is kept, and the policy goes on while the plan has steps, as the plan policy does
     assert (finish["cv_accuracy"], finish["without_accuracy"]) == (0.5, 0.5) and policy.finish is None
-    assert "FINISH: not learned (out of fold it is right at 0.50 of the points, no more than never FINISH" in result.stderr
+    assert "FINISH: not learned (out of fold it is right at 0.500 of the points, no more than never FINISH" in result.stderr
     assert policy.strategy is not None  # what it learns and saves
     # re-planning found nothing new, so REVISE never paid and cannot be learned: the policy finishes at the end
     assert policy.revise is None and summary["revise"]["labels"] == {"REVISE": 0, "FINISH": 4}

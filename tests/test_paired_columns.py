@@ -56,10 +56,13 @@ def test_three_columns_show_their_costs_and_every_pair(tmp_path: Path, capsys: p
     main([str(policies), "plan", str(llm), "llm", str(policies), "learned"])
     printed = capsys.readouterr().out
     costs = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in printed.splitlines()[2:5]}
-    assert costs["plan (policies)"][4:9] == ["1.00", "5.00", "+0.0%", "1,000", "20.0 |"]
-    assert costs["llm (llm)"][4:7] == ["2.00", "6.00", "+20.0%"]
-    assert costs["learned (policies)"][5:7] == ["4.00", "-20.0%"]
+    plan, learned, by_lm = f"plan ({policies})", f"learned ({policies})", f"llm ({llm})"
+    assert costs[plan][4:9] == ["1.00", "5.00", "+0.0%", "1,000", "20.0 |"]
+    assert costs[by_lm][4:7] == ["2.00", "6.00", "+20.0%"]
+    assert costs[learned][5:7] == ["4.00", "-20.0%"]
     assert [line for line in printed.splitlines() if "→" in line and not line.startswith("|")] == [
-        "plan (policies) → llm (llm)", "plan (policies) → learned (policies)", "llm (llm) → learned (policies)"]
+        f"{plan} → {by_lm}", f"{plan} → {learned}", f"{by_lm} → {learned}"]
     with pytest.raises(SystemExit, match="usage"):
         main([str(policies), "plan", str(llm)])
+    with pytest.raises(SystemExit, match="named twice"):
+        main([str(policies), "plan", str(policies), "plan"])
