@@ -69,7 +69,8 @@ def digest(value: Any) -> str:
 
 def program_identity(program: dspy.Module) -> dict[str, Any]:
     """What of the program itself determines its runs: its class, its predictors' instructions and demos, its
-    stopping policy and a learned policy's weights."""
+    stopping policy and a learned policy's weights (not its training summary: distilled again to the same weights,
+    it runs alike)."""
     state = program.dump_state()
     for predictor in state.values():
         if isinstance(predictor, dict):
@@ -77,7 +78,8 @@ def program_identity(program: dspy.Module) -> dict[str, Any]:
     policy = getattr(program, "policy", None)
     learned = getattr(policy, "learned", None)
     return {"class": type(program).__name__, "state": digest(state), "policy": getattr(policy, "mode", None),
-            "learned": digest(asdict(learned)) if is_dataclass(learned) else None}
+            "learned": digest({k: v for k, v in asdict(learned).items() if k != "summary"})
+            if is_dataclass(learned) else None}
 
 
 def folder_identity(folder: Path) -> str:

@@ -10,8 +10,9 @@ more re-planning at the plan's end; each decision point gets its features, the p
 label (`policy_labels`). Per decision (FINISH while the plan has steps left, REVISE at its end) a standardised,
 class-balanced logistic regression is cross-validated by question; its threshold is the one whose out-of-fold
 decisions earn the most reward (score minus a cost per step) over the traced questions. A decision whose labels
-are too few to cross-validate, or whose out-of-fold decisions are right no more often than never taking it, is
-not learned (the policy follows the plan there, and finishes at its end). The search strategy is
+are too few to cross-validate, or whose held-out decisions (model and threshold chosen without the question)
+earn no more reward than never taking it, is not learned (the policy follows the plan there, and finishes at
+its end). The search strategy is
 learned from every traced documents step searched every way: per strategy a ridge regression of the evidence
 recall its passages give, over the query's features, cross-validated by question against the supervisor LM's
 choices. The final models, fit on every decision point and step, are written into the artifact as `policy.json`.
@@ -23,7 +24,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -125,18 +126,51 @@ def questions_per_label(data: Dataset) -> int:
     return min(len(set(data.groups[data.label == label].tolist())) for label in (0, 1))
 
 
-def out_of_fold(data: Dataset) -> tuple[np.ndarray, int]:
-    """Each decision point's probability of the decision from a model fit without its question, and the folds."""
+def folds_of(data: Dataset) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Train and test rows of each cross-validation fold, by question, each label in every fold's train rows."""
     from sklearn.model_selection import StratifiedGroupKFold
 
     folds = min(MAX_FOLDS, questions_per_label(data))
+    splits = list(StratifiedGroupKFold(n_splits=folds).split(data.x, data.label, data.groups))
+    if any(len(set(data.label[train].tolist())) < 2 for train, _ in splits):
+        raise UserError(f"a cross-validation fold holds only one label; use more train questions ({folds} "
+                        "questions carry the rarer label)")
+    return splits
+
+
+def out_of_fold(data: Dataset) -> np.ndarray:
+    """Each decision point's probability of the decision from a model fit without its question."""
     probabilities = np.zeros(len(data.label))
-    for train, test in StratifiedGroupKFold(n_splits=folds).split(data.x, data.label, data.groups):
-        if len(set(data.label[train].tolist())) < 2:
-            raise UserError(f"a cross-validation fold holds only one label; use more train questions ({folds} "
-                            "questions carry the rarer label)")
+    for train, test in folds_of(data):
         probabilities[test] = fit_classifier(data.x[train], data.label[train]).predict_proba(data.x[test])[:, 1]
-    return probabilities, folds
+    return probabilities
+
+
+def held_out_decisions(data: Dataset, reward: Callable[[list[bool]], float]) -> np.ndarray:
+    """Each decision point decided by a model and a threshold both chosen without its question: the threshold
+    from that model's own out-of-fold probabilities on the other questions (never deciding where those are too
+    few to cross-validate). Its reward is an honest estimate of the policy's, which the threshold chosen on all
+    out-of-fold probabilities is not."""
+    decided = np.zeros(len(data.label), dtype=bool)
+    for train, test in folds_of(data):
+        threshold = np.inf  # never
+        inner = replace(data, x=data.x[train], label=data.label[train], lm=data.lm[train], groups=data.groups[train])
+        if questions_per_label(inner) >= 2:
+            try:
+                probabilities = out_of_fold(inner)
+            except UserError:
+                probabilities = None
+            if probabilities is not None:
+                def inner_reward(yes: list[bool], rows: np.ndarray = train) -> float:
+                    spread = [False] * len(data.label)  # the other points as never deciding: the same for all
+                    for row, decided_here in zip(rows.tolist(), yes, strict=True):
+                        spread[row] = decided_here
+                    return reward(spread)
+
+                threshold = choose_threshold(probabilities, inner_reward)
+        model = fit_classifier(data.x[train], data.label[train])
+        decided[test] = model.predict_proba(data.x[test])[:, 1] >= threshold
+    return decided
 
 
 def per_question(traces: list[TracedQuestion], flat: Sequence[Any]) -> list[list[Any]]:
@@ -255,20 +289,21 @@ def fit_part(data: Dataset, reward: Callable[[list[bool]], float], unlearnable: 
                                                   f"questions each to cross-validate ({data.yes} {counts[data.yes]}, "
                                                   f"{data.no} {counts[data.no]} decision points)"})
     try:
-        probabilities, folds = out_of_fold(data)
+        threshold = choose_threshold(out_of_fold(data), reward)
+        held_out = held_out_decisions(data, reward)
     except UserError as exc:
         return Part(None, None, summary | {"why": str(exc)})
-    threshold = choose_threshold(probabilities, reward)
-    chosen = (probabilities >= threshold).astype(int)
-    summary |= {"folds": folds, "threshold": threshold, "cv_accuracy": round(float(np.mean(chosen == data.label)), 4),
-                "lm_agreement": round(float(np.mean(chosen == data.lm)), 4),
+    never = [False] * len(data.label)
+    summary |= {"folds": len(folds_of(data)), "threshold": threshold,
+                "cv_accuracy": round(float(np.mean(held_out == data.label)), 4),
+                "lm_agreement": round(float(np.mean(held_out == data.lm)), 4),
                 "lm_label_accuracy": round(float(np.mean(data.lm == data.label)), 4),
-                "without_accuracy": round(float(np.mean(data.label == 0)), 4)}
-    if summary["cv_accuracy"] <= summary["without_accuracy"]:  # its threshold was chosen on these points: optimistic
-        return Part(None, None, summary | {"why": f"out of fold it is right at {summary['cv_accuracy']:.3f} of the "
-                                                  f"points, no more than never {data.yes} "
-                                                  f"({summary['without_accuracy']:.3f}), as the policy does without it"})
-    return Part(classifier_of(fit_classifier(data.x, data.label), threshold), chosen.astype(bool).tolist(), summary)
+                "reward": round(reward(held_out.tolist()), 4), "reward_without": round(reward(never), 4)}
+    if summary["reward"] <= summary["reward_without"]:
+        return Part(None, None, summary | {"why": f"out of fold its decisions earn {summary['reward']:.4f} a question, "
+                                                  f"no more than never {data.yes} ({summary['reward_without']:.4f}), "
+                                                  "as the policy does without it"})
+    return Part(classifier_of(fit_classifier(data.x, data.label), threshold), held_out.tolist(), summary)
 
 
 def fit_policy(traces: list[TracedQuestion], cost: float, context: dict[str, Any]) -> LearnedPolicy:
@@ -321,7 +356,8 @@ def part_report(name: str, s: dict[str, Any]) -> str:
     labels = ", ".join(f"{label} {n}" for label, n in s["labels"].items())
     return (f"{name}: {s['decision_points']} decision points ({labels}); {s['folds']}-fold accuracy "
             f"{s['cv_accuracy']:.2f} against the labels, agreement with the LM policy {s['lm_agreement']:.2f} (the "
-            f"LM policy's own accuracy {s['lm_label_accuracy']:.2f}); threshold {s['threshold']:.3f}")
+            f"LM policy's own accuracy {s['lm_label_accuracy']:.2f}), reward {s['reward']:.4f} a question against "
+            f"{s['reward_without']:.4f} never deciding; threshold {s['threshold']:.3f}")
 
 
 def strategy_report(s: dict[str, Any]) -> str:

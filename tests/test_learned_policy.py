@@ -217,20 +217,22 @@ def decisions(x: np.ndarray, label: np.ndarray) -> Dataset:
     return Dataset("REVISE", "FINISH", x, label, np.zeros(n, dtype=int), np.arange(n), {"FINISH": n})
 
 
-def test_a_decision_whose_classifier_is_right_no_more_often_than_never_taking_it_is_not_learned() -> None:
+def test_a_decision_whose_held_out_decisions_earn_no_more_than_never_taking_it_is_not_learned() -> None:
     rng = np.random.default_rng(1)
     x = rng.normal(size=(80, len(FEATURES)))
     rare = np.zeros(80, dtype=int)
     rare[:12] = 1  # REVISE at 12 of 80 points, at random: the features say nothing of it
+    # the reward: a point decided as its label says earns 1, else nothing (labels are the best decisions)
     matches = lambda data: lambda yes: float(np.mean(np.array(yes) == data.label))  # noqa: E731
     noise = decisions(x, rare)
     part = fit_part(noise, matches(noise), "")
-    assert part.classifier is None and part.chosen is None and part.summary["without_accuracy"] == 0.85
-    assert part.summary["why"].startswith("out of fold it is right at") and "no more than never REVISE (0.850)" in \
-        part.summary["why"]
-    taught = decisions(x, (x[:, 3] > 1.0).astype(int))  # REVISE where one feature is high: learnable
+    assert part.classifier is None and part.chosen is None and part.summary["reward_without"] == 0.85
+    assert part.summary["reward"] <= 0.85 and part.summary["why"].startswith("out of fold its decisions earn")
+    assert "no more than never REVISE (0.8500)" in part.summary["why"]
+    taught = decisions(x, (x[:, 3] > 0.5).astype(int))  # REVISE where one feature is high: learnable
     kept = fit_part(taught, matches(taught), "")
-    assert kept.classifier is not None and kept.summary["cv_accuracy"] > kept.summary["without_accuracy"]
+    assert kept.classifier is not None and kept.summary["reward"] > kept.summary["reward_without"]
+    assert kept.chosen is not None and kept.summary["cv_accuracy"] == kept.summary["reward"]  # here one measure
 
 
 # Queries searched every way: keyword finds the evidence of a figure's query, vector that of a name's.
@@ -559,8 +561,8 @@ def test_distill_policy_labels_fits_and_saves_into_the_artifact(policy_workspace
     assert finish["lm_decisions"] == {"CONTINUE": 4} and finish["lm_label_accuracy"] == 0.5
     # the four questions' runs are alike step for step, but q1 and q3 stop after the first: no classifier can tell
     # them apart, so none is kept, and the policy goes on while the plan has steps, as the plan policy does
-    assert (finish["cv_accuracy"], finish["without_accuracy"]) == (0.5, 0.5) and policy.finish is None
-    assert "FINISH: not learned (out of fold it is right at 0.500 of the points, no more than never FINISH" in result.stderr
+    assert finish["reward"] <= finish["reward_without"] and policy.finish is None
+    assert "FINISH: not learned (out of fold its decisions earn" in result.stderr
     assert policy.strategy is not None  # what it learns and saves
     # re-planning found nothing new, so REVISE never paid and cannot be learned: the policy finishes at the end
     assert policy.revise is None and summary["revise"]["labels"] == {"REVISE": 0, "FINISH": 4}

@@ -94,6 +94,25 @@ def test_whatever_determines_a_run_keys_it(trainset: Path, settings: Config, tmp
         assert answer_runs(config, tiny, store, program).key(question) != same
 
 
+def test_a_learned_policy_keys_its_runs_by_its_weights_not_its_training_summary(trainset: Path,
+                                                                                 settings: Config) -> None:
+    from dspy_rag.pipelines.learned_policy import Classifier, LearnedPolicy
+    from dspy_rag.pipelines.policy_features import FEATURES
+
+    tiny = load_trainset(str(trainset))
+    n = len(FEATURES)
+
+    def identity(intercept: float, summary: dict[str, Any]) -> dict[str, Any]:
+        learned = LearnedPolicy(list(FEATURES), Classifier([0.0] * n, [1.0] * n, [0.0] * n, intercept, 0.5),
+                                summary=summary)
+        return run_store.program_identity(build_program("deep", settings, tiny.index(settings), None, "learned",
+                                                        learned=learned))
+
+    first = identity(1.0, {"created": "2026-12-05T10:00:00+00:00"})
+    assert identity(1.0, {"created": "2026-12-05T11:00:00+00:00"}) == first  # distilled again to the same weights
+    assert identity(2.0, {"created": "2026-12-05T10:00:00+00:00"}) != first
+
+
 def test_the_code_version_covers_the_programs_prompt_signatures_and_metrics() -> None:
     names = {(f.parent.name, f.name) for f in code_files()}
     assert {("signatures", "planner.py"), ("pipelines", "deep.py"), ("evals", "metrics.py")} <= names
