@@ -176,7 +176,7 @@ def plot(grouped: dict[str, list[Row]], path: Path) -> None:
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    figure = Figure(figsize=(7, 4), layout="constrained")
+    figure = Figure(figsize=(10, 4.5), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     for name, points in curves.items():
@@ -190,7 +190,7 @@ def plot(grouped: dict[str, list[Row]], path: Path) -> None:
                           label=f"{name}: evals beside the uncompiled program")
     axes.set(xlabel="recompile (0 = uncompiled)", ylabel="score (bars: 95% interval of each gain)")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.legend(title="lineage")
+    axes.legend(title="lineage", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")  # beside the data
     image = io.BytesIO()
     figure.savefig(image, format="png", dpi=120)
     try:
