@@ -107,7 +107,6 @@ def test_ask_with_the_shipped_learned_policy_calls_neither_policy_nor_supervisor
     ask = run("ask", "--json", "--policy", "learned", "What was NVIDIA's Data Center revenue in fiscal year 2023?",
               cwd=tenk_folder, env={"DSPY_RAG_BUDGETS_WALL_CLOCK_SECONDS": "1800"})
     assert ask.returncode == 0, ask.stderr
-    assert "learned policy from hotpotqa+musique+multihop-rag+nvidia-10k" in ask.stderr  # the shipped default's
     result = json.loads(ask.stdout)
     steps = result["trajectory"]["steps"]
     searched = [s for s in steps if s["strategy"] is not None]
