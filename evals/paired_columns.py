@@ -51,10 +51,13 @@ def gains_table(pairs: list[tuple[Row, Row]]) -> str:
         before, after = summary(first, DEFAULT_WEIGHTS, None), summary(second, DEFAULT_WEIGHTS, first)
         scores = [(weighted(a, DEFAULT_WEIGHTS), weighted(b, DEFAULT_WEIGHTS)) for a, b in chosen]
         up, down = sum(b > a for a, b in scores), sum(b < a for a, b in scores)
+        # the gains from unrounded means: the summary's are rounded to 4 places, and printing them to 3 rounds twice
+        score_gain = statistics.fmean(b for _, b in scores) - statistics.fmean(a for a, _ in scores)
+        f1_gain = statistics.fmean(b.f1 for b in second) - statistics.fmean(a.f1 for a in first)
         lines.append(
             f"| {name} | {len(chosen)} | {before['score']:.3f} → {after['score']:.3f} | "
-            f"{after['delta']:+.3f} {after['delta_ci']} | {before['f1']:.3f} → {after['f1']:.3f} | "
-            f"{after['f1_delta']:+.3f} {after['f1_delta_ci']} | {up} / {down} | "
+            f"{score_gain:+.3f} {after['delta_ci']} | {before['f1']:.3f} → {after['f1']:.3f} | "
+            f"{f1_gain:+.3f} {after['f1_delta_ci']} | {up} / {down} | "
             f"{before['mean_steps']:.2f} → {after['mean_steps']:.2f} | "
             f"{before['median_tokens']:,.0f} → {after['median_tokens']:,.0f} |")
     return "\n".join(lines) + "\n"
