@@ -146,30 +146,33 @@ def out_of_fold(data: Dataset) -> np.ndarray:
     return probabilities
 
 
+def threshold_within(data: Dataset, rows: np.ndarray, reward: Callable[[list[bool]], float]) -> float:
+    """The threshold `choose_threshold` picks from the out-of-fold probabilities of `rows` alone, the other points
+    left undecided (the same for every threshold); never deciding (inf) where `rows` are too few to cross-validate."""
+    inner = replace(data, x=data.x[rows], label=data.label[rows], lm=data.lm[rows], groups=data.groups[rows])
+    if questions_per_label(inner) < 2:
+        return np.inf
+    try:
+        probabilities = out_of_fold(inner)
+    except UserError:
+        return np.inf
+
+    def spread(yes: list[bool]) -> float:
+        decided = [False] * len(data.label)
+        for row, decided_here in zip(rows.tolist(), yes, strict=True):
+            decided[row] = decided_here
+        return reward(decided)
+
+    return choose_threshold(probabilities, spread)
+
+
 def held_out_decisions(data: Dataset, reward: Callable[[list[bool]], float]) -> np.ndarray:
-    """Each decision point decided by a model and a threshold both chosen without its question: the threshold
-    from that model's own out-of-fold probabilities on the other questions (never deciding where those are too
-    few to cross-validate). Its reward is an honest estimate of the policy's, which the threshold chosen on all
-    out-of-fold probabilities is not."""
+    """Each decision point decided by a model and a threshold both chosen without its question. Its reward is an
+    honest estimate of the policy's, which the threshold chosen on all out-of-fold probabilities is not."""
     decided = np.zeros(len(data.label), dtype=bool)
     for train, test in folds_of(data):
-        threshold = np.inf  # never
-        inner = replace(data, x=data.x[train], label=data.label[train], lm=data.lm[train], groups=data.groups[train])
-        if questions_per_label(inner) >= 2:
-            try:
-                probabilities = out_of_fold(inner)
-            except UserError:
-                probabilities = None
-            if probabilities is not None:
-                def inner_reward(yes: list[bool], rows: np.ndarray = train) -> float:
-                    spread = [False] * len(data.label)  # the other points as never deciding: the same for all
-                    for row, decided_here in zip(rows.tolist(), yes, strict=True):
-                        spread[row] = decided_here
-                    return reward(spread)
-
-                threshold = choose_threshold(probabilities, inner_reward)
         model = fit_classifier(data.x[train], data.label[train])
-        decided[test] = model.predict_proba(data.x[test])[:, 1] >= threshold
+        decided[test] = model.predict_proba(data.x[test])[:, 1] >= threshold_within(data, train, reward)
     return decided
 
 
@@ -294,7 +297,7 @@ def fit_part(data: Dataset, reward: Callable[[list[bool]], float], unlearnable: 
     except UserError as exc:
         return Part(None, None, summary | {"why": str(exc)})
     never = [False] * len(data.label)
-    summary |= {"folds": len(folds_of(data)), "threshold": threshold,
+    summary |= {"folds": min(MAX_FOLDS, questions_per_label(data)), "threshold": threshold,
                 "cv_accuracy": round(float(np.mean(held_out == data.label)), 4),
                 "lm_agreement": round(float(np.mean(held_out == data.lm)), 4),
                 "lm_label_accuracy": round(float(np.mean(data.lm == data.label)), 4),
