@@ -1,8 +1,8 @@
 """`eval` columns paired by question, each from its own results folder: what each column costs over all its
 questions (steps, LM calls, tokens, seconds) beside its F1, then for every pair, per set and over all of them, both
 columns' score (the compile metric's default weights) and F1, and the later column's gain over the earlier with
-95% paired bootstrap intervals, as `eval` shows a column beside its first one. For columns that ran in separate
-evals, where one eval could not reuse the other's runs.
+95% paired bootstrap intervals, as `eval` shows a column beside its first one, and where the two part (in steps
+or in answers). For columns that ran in separate evals, where one eval could not reuse the other's runs.
 
     python -m dspy_rag.evals.paired_columns evals/results/pooled-dev deep@qwen2.5-coder-0.5b \\
         evals/results/pooled-dev-default deep+auto@qwen2.5-coder-0.5b
@@ -63,6 +63,32 @@ def gains_table(pairs: list[tuple[Row, Row]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def parting(first: Row, second: Row) -> str:
+    """How the second column's run of a question parts from the first's: in its steps, else in its answer."""
+    if second.steps != first.steps:
+        return "fewer steps" if second.steps < first.steps else "more steps"
+    return "same steps, another answer" if second.answer != first.answer else "same steps, same answer"
+
+
+PARTINGS = ("fewer steps", "more steps", "same steps, another answer", "same steps, same answer")
+
+
+def parting_table(pairs: list[tuple[Row, Row]]) -> str:
+    """Where the second column's F1 gain and LM-call change come from: the questions it ran in fewer or more
+    steps than the first (a stop decision), in the same steps to another answer (what the steps searched or how
+    the answer was written), or the same; each group's share is its change over all questions, so the shares add
+    up to the mean change."""
+    lines = ["| second column's runs | questions | F1 up / down | share of F1 gain | share of LM-call change |",
+             "|---|---|---|---|---|"]
+    for name in PARTINGS:
+        chosen = [(a, b) for a, b in pairs if parting(a, b) == name]
+        up, down = sum(b.f1 > a.f1 for a, b in chosen), sum(b.f1 < a.f1 for a, b in chosen)
+        f1_share = sum(b.f1 - a.f1 for a, b in chosen) / len(pairs)
+        calls_share = sum(b.lm_calls - a.lm_calls for a, b in chosen) / len(pairs)
+        lines.append(f"| {name} | {len(chosen)} | {up} / {down} | {f1_share:+.3f} | {calls_share:+.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def costs_table(columns: dict[str, list[Row]]) -> str:
     """Each column over all its questions: F1 with its interval, score, and what it spent, its LM calls also as a
     change from the first column's."""
@@ -91,7 +117,9 @@ def main(argv: list[str]) -> None:
     print(costs_table({label: list(rows.values()) for label, rows in columns.items()}))
     for (a, first), (b, second) in itertools.combinations(columns.items(), 2):
         print(f"{a} → {b}\n")
-        print(gains_table(paired(first, second)))
+        pairs = paired(first, second)
+        print(gains_table(pairs))
+        print(parting_table(pairs))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dspy_rag.evals.paired_columns import column_rows, gains_table, main, paired
+from dspy_rag.evals.paired_columns import column_rows, gains_table, main, paired, parting_table
 from dspy_rag.evals.rows import Row
 
 
@@ -66,3 +66,18 @@ def test_three_columns_show_their_costs_and_every_pair(tmp_path: Path, capsys: p
         main([str(policies), "plan", str(llm)])
     with pytest.raises(SystemExit, match="named twice"):
         main([str(policies), "plan", str(policies), "plan"])
+
+
+def test_the_parting_table_splits_the_gain_by_where_the_runs_part() -> None:
+    first = [row("s", "plan", f"q{n}", 1.0) for n in range(4)]
+    first = [replace(r, steps=2, lm_calls=4) for r in first]
+    # q0 stops a step early and loses its answer; q1 takes the same steps to a better-worded, equal answer;
+    # q2 takes a step more and gains nothing; q3 is the same run.
+    second = [replace(first[0], steps=1, lm_calls=2, f1=0.0, answer="other"),
+              replace(first[1], answer="reworded"), replace(first[2], steps=3, lm_calls=6), first[3]]
+    lines = parting_table(list(zip(first, second, strict=True))).splitlines()
+    by_kind = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in lines[2:]}
+    assert by_kind["fewer steps"] == ["1", "0 / 1", "-0.250", "-0.50 |"]
+    assert by_kind["more steps"] == ["1", "0 / 0", "+0.000", "+0.50 |"]
+    assert by_kind["same steps, another answer"] == ["1", "0 / 0", "+0.000", "+0.00 |"]
+    assert by_kind["same steps, same answer"][0] == "1"
