@@ -98,7 +98,7 @@ class Research:
     pipeline: str = "deep"
 
     @classmethod
-    def open(cls, config: Config | None = None, pipeline: str = "deep", policy: str = "llm",
+    def open(cls, config: Config | None = None, pipeline: str = "deep", policy: str = "auto",
              artifact: str | None = None, web: str | None = None, on_event: Say = lambda *_: None,
              lm: dspy.LM | None = None) -> Research:
         """Open the configured index (it must hold documents), load the model and build the program; `web` is

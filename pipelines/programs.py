@@ -2,6 +2,7 @@
 compiled artifact loaded (`program_for`)."""
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Literal
 
 import dspy
@@ -15,7 +16,7 @@ from dspy_rag.pipelines.baseline import BaselineRAG
 from dspy_rag.pipelines.conflict_note import ConflictGuard
 from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.evidence import evidence_chars
-from dspy_rag.pipelines.learned_policy import LearnedPolicy
+from dspy_rag.pipelines.learned_policy import POLICY_FILE, LearnedPolicy
 from dspy_rag.pipelines.plain import PlainRAG
 from dspy_rag.pipelines.policy import PolicyMode
 from dspy_rag.reranker import load_reranker
@@ -23,6 +24,7 @@ from dspy_rag.retrieval import Retriever
 from dspy_rag.web import WebSearch
 
 Pipeline = Literal["deep", "baseline", "plain"]
+PolicyChoice = Literal["auto", "llm", "plan", "learned"]  # a PolicyMode, or auto: the artifact's learned one if any
 
 
 def build_program(pipeline: Pipeline, settings: Config, index: Index, web: WebSearch | None,
@@ -42,18 +44,26 @@ def build_program(pipeline: Pipeline, settings: Config, index: Index, web: WebSe
                         planner_lm=planner_lm(settings.lm))
 
 
+def policy_of(choice: str, chosen: Path | None) -> str:
+    """The policy a deep program decides with: `auto` is the learned one where the chosen artifact carries a
+    `policy.json`, else the LM's; any other choice is itself."""
+    if choice != "auto":
+        return choice
+    return "learned" if chosen is not None and (chosen / POLICY_FILE).is_file() else "llm"
+
+
 def program_for(pipeline: str, settings: Config, store: Index, searcher: WebSearch | None, policy: str = "llm",
                 say: Callable[..., None] = lambda *_: None, artifact: str | None = None) -> dspy.Module:
     """The program, with the compiled artifact loaded into the deep one (`auto`: the default shipped for the model),
-    and the artifact's learned policy when it decides with one."""
+    and the artifact's learned policy when it decides with one (`policy` learned, or auto and it has one)."""
     chosen = artifacts.chosen(artifact or settings.artifacts.default, settings.artifacts.path, settings.lm.model)
+    policy = policy_of(policy, chosen)
     learned = None
     if pipeline == "deep" and policy == "learned":
         if chosen is None:
             raise UserError("--policy learned decides with an artifact's policy.json; pass --artifact NAME (run "
                             "`dspy-rag distill-policy` for it first)")
-        learned = LearnedPolicy.load(chosen)
-        say(learned.describe())
+        learned = LearnedPolicy.load(chosen)  # before the program is built: a policy it cannot run fails first
     if pipeline == "deep" and (planner := settings.lm.separate_planner):
         say(f"the planner plans with {planner}")  # a local planner model's weights load now
     program = build_program(pipeline, settings, store, searcher, policy,  # type: ignore[arg-type]
@@ -64,4 +74,6 @@ def program_for(pipeline: str, settings: Config, store: Index, searcher: WebSear
     program.artifact = manifest.name
     away = "" if manifest.model == settings.lm.model else f", compiled for {manifest.model}: prompts transfer as text"
     say(f"artifact {manifest.name} ({manifest.optimizer} on {manifest.trainset}{away})")
+    if learned is not None:
+        say(learned.describe())
     return program

@@ -488,6 +488,16 @@ def test_ask_with_the_learned_policy_makes_no_policy_call(policy_workspace: Path
     assert [c["module"] for c in ask_json("--policy", "llm")["calls"]].count("policy") == 2
 
 
+def test_ask_decides_by_the_artifacts_learned_policy_unless_told_otherwise(policy_workspace: Path) -> None:
+    unlearned = ask_json()  # an artifact without a policy.json: the LM policy decides
+    assert unlearned["policy"] == "llm" and "policy" in [c["module"] for c in unlearned["calls"]]
+    always_finish().save(policy_workspace / "artifacts" / "tiny-art")
+    learned = ask_json()
+    assert learned["policy"] == "learned" and "policy" not in [c["module"] for c in learned["calls"]]
+    assert learned["steps"][0]["decision_reason"].startswith("learned: p(finish)")
+    assert ask_json("--policy", "llm")["policy"] == "llm"
+
+
 def test_ask_with_a_learned_strategy_chooser_asks_no_supervisor(policy_workspace: Path) -> None:
     n = len(QUERY_FEATURES)
     chooser = StrategyChooser(["keyword", "vector", "hybrid"], list(QUERY_FEATURES), [0.0] * n, [1.0] * n,

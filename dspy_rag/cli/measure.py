@@ -19,7 +19,8 @@ def eval_command(
     artifact: Annotated[list[str] | None, typer.Option(help="deep: artifact name/folder or none (repeat)")] = None,
     model: Annotated[list[str] | None, typer.Option(help="model (repeat; default the configured one)")] = None,
     policy: Annotated[list[str] | None, typer.Option(help="deep: llm, plan or learned (the artifact's distilled "
-                                                     "policy.json) (repeat; default llm)")] = None,
+                                                     "policy.json, which ask uses by default) (repeat; default "
+                                                     "llm)")] = None,
     without: Annotated[list[str] | None, typer.Option(help="deep: also run it with this guard or role off, as a column "
                                                       "of its own (repeat): " + ", ".join(ABLATIONS))] = None,
     with_: Annotated[list[str] | None, typer.Option("--with", help="deep: also run it with this guard or role on, as "

@@ -15,7 +15,8 @@ ModelOption = Annotated[str | None, typer.Option("--model", help="local/qwen2.5-
 ArtifactOption = Annotated[str | None, typer.Option(
     "--artifact", help="deep: a compiled artifact (name or folder), auto (the default for the model) or none")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print one machine-readable JSON document")]
-Policy = Literal["llm", "plan", "learned"]  # pipelines.policy.PolicyMode, spelled here: --help imports no DSPy
+# pipelines.programs.PolicyChoice, spelled here: --help imports no DSPy
+Policy = Literal["auto", "llm", "plan", "learned"]
 
 
 def config_of(config: Path | None, **flags: Any) -> Config:

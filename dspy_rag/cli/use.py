@@ -83,8 +83,9 @@ class Interruptible:
 def ask(
     question: Annotated[str, typer.Argument(help="the question to research")],
     pipeline: Annotated[Literal["deep", "baseline"], typer.Option(help="which program answers")] = "deep",
-    policy: Annotated[Policy, typer.Option(help="deep: who decides to go on or stop (learned: the artifact's "
-                                           "distilled classifier, no LM call)")] = "llm",
+    policy: Annotated[Policy, typer.Option(help="deep: who decides to go on or stop and how each step searches "
+                                           "(learned: the artifact's distilled classifiers, no LM call; auto: "
+                                           "learned where the artifact has them, else llm)")] = "auto",
     config: ConfigOption = None,
     index: IndexOption = None,
     model: ModelOption = None,

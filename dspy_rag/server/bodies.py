@@ -15,8 +15,9 @@ from dspy_rag.errors import UserError, one_line
 ARTIFACT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 Pipeline = Annotated[Literal["deep", "baseline"], Field(
     description="which program answers: deep (plans and researches step by step) or baseline (one retrieval)")]
-PolicyName = Annotated[Literal["llm", "plan", "learned"], Field(
-    description="deep: who decides to go on or stop (plan: follow the plan; learned: the artifact's classifier)")]
+PolicyName = Annotated[Literal["auto", "llm", "plan", "learned"], Field(
+    description="deep: who decides to go on or stop (plan: follow the plan; learned: the artifact's classifiers; "
+                "auto: learned where the artifact has them, else llm)")]
 ArtifactName = Annotated[str, Field(
     pattern=ARTIFACT_NAME, description="deep: a compiled artifact by name, auto (the model's default) or none")]
 WebProvider = Annotated[Literal["off", "tavily"], Field(
@@ -56,7 +57,7 @@ class ResearchBody(Closed):
 
     question: str = Field(min_length=1)
     pipeline: Pipeline = "deep"
-    policy: PolicyName = "llm"
+    policy: PolicyName = "auto"
     artifact: ArtifactName | None = None
     web: WebProvider | None = None  # None: the configured provider
     budgets: Budgets | None = None
