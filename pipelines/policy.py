@@ -40,20 +40,20 @@ class ResearchPolicy(dspy.Module):
                 run: ResearchRun) -> tuple[str, str]:
         """The decision and its reason, after the trajectory's last step."""
         record = run.trajectory
+        if self.mode == "plan":  # the plan goes on to its end, so keep_going has nothing to stand over
+            if self.revise_once and not remaining and len(record.plans) == 1:
+                return "REVISE", REVISED_ONCE
+            return by_plan(len(remaining))
+        searched_web = any(step.tool == "search_web" for step in record.steps)
+        if self.keep_going and (fired := must_go_on(remaining, searched_web, web_available)):
+            run.guarded(fired, record.steps[-1].index)
+            return "CONTINUE", f"keep_going: {fired.why}"
         if self.mode == "learned" and self.learned is not None:
             decision, probability, reason = self.learned.decide(live_point(question, record, len(remaining)))
             if probability is not None:
                 setattr(record.steps[-1], "finish_probability" if remaining else "revise_probability",
                         round(probability, 4))
             return decision, reason
-        if self.mode == "plan" and self.revise_once and not remaining and len(record.plans) == 1:
-            return "REVISE", REVISED_ONCE
-        if self.mode != "llm":
-            return by_plan(len(remaining))
-        searched_web = any(step.tool == "search_web" for step in record.steps)
-        if self.keep_going and (fired := must_go_on(remaining, searched_web, web_available)):
-            run.guarded(fired, record.steps[-1].index)
-            return "CONTINUE", f"keep_going: {fired.why}"
         decision, reason = self.ask(question, [s.sub_question for s in remaining], findings, run.calls)
         if decision == "CONTINUE" and not remaining:
             return "FINISH", f"{reason} (no steps left)"

@@ -498,6 +498,23 @@ def test_ask_decides_by_the_artifacts_learned_policy_unless_told_otherwise(polic
     assert ask_json("--policy", "llm")["policy"] == "llm"
 
 
+def test_keep_going_stands_over_the_learned_policy(policy_workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    replies = two_step_replies()
+    replies["`steps`"] = {"steps": [{"sub_question": q, "tool": "search_docs", "keywords": [], "section": None,
+                                     "justification": "needed"}
+                                    for q in ("What was Data Center revenue?",
+                                              "What was Gaming revenue beside the answer of step 1?")]}
+    monkeypatch.setattr(models, "build_lm", lambda _config: DummyLM(replies, adapter=dspy.JSONAdapter()))
+    always_finish().save(policy_workspace / "artifacts" / "tiny-art")
+    chain = ask_json("--policy", "learned")
+    assert [s["decision"] for s in chain["steps"]] == ["CONTINUE", "FINISH"]
+    assert chain["steps"][0]["decision_reason"] == "keep_going: a remaining step builds on an earlier answer"
+    assert [g["guard"] for g in chain["guards"]].count("keep_going") == 1  # beside the scripted queries' query_guard
+    (policy_workspace / "dspy-rag.yaml").write_text((policy_workspace / "dspy-rag.yaml").read_text()
+                                                    + "guards: {keep_going: false}\n")
+    assert [s["decision"] for s in ask_json("--policy", "learned")["steps"]] == ["FINISH"]  # the classifier's
+
+
 def test_ask_with_a_learned_strategy_chooser_asks_no_supervisor(policy_workspace: Path) -> None:
     n = len(QUERY_FEATURES)
     chooser = StrategyChooser(["keyword", "vector", "hybrid"], list(QUERY_FEATURES), [0.0] * n, [1.0] * n,
