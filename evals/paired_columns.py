@@ -63,21 +63,20 @@ def gains_table(pairs: list[tuple[Row, Row]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+PARTINGS = ("fewer steps", "more steps", "as many steps, another answer", "as many steps, the same answer")
+
+
 def parting(first: Row, second: Row) -> str:
-    """How the second column's run of a question parts from the first's: in its steps, else in its answer."""
+    """How the second column's run of a question parts from the first's: in how many steps it took (a stop
+    decision), else in its answer (what its steps searched, or how the answer was written)."""
     if second.steps != first.steps:
-        return "fewer steps" if second.steps < first.steps else "more steps"
-    return "same steps, another answer" if second.answer != first.answer else "same steps, same answer"
-
-
-PARTINGS = ("fewer steps", "more steps", "same steps, another answer", "same steps, same answer")
+        return PARTINGS[0] if second.steps < first.steps else PARTINGS[1]
+    return PARTINGS[2] if second.answer != first.answer else PARTINGS[3]
 
 
 def parting_table(pairs: list[tuple[Row, Row]]) -> str:
-    """Where the second column's F1 gain and LM-call change come from: the questions it ran in fewer or more
-    steps than the first (a stop decision), in the same steps to another answer (what the steps searched or how
-    the answer was written), or the same; each group's share is its change over all questions, so the shares add
-    up to the mean change."""
+    """Where the second column's F1 gain and LM-call change come from, by how its runs part from the first's
+    (`parting`); each group's share is its change over all questions, so the shares add up to the mean change."""
     lines = ["| second column's runs | questions | F1 up / down | share of F1 gain | share of LM-call change |",
              "|---|---|---|---|---|"]
     for name in PARTINGS:

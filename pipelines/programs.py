@@ -44,29 +44,35 @@ def build_program(pipeline: Pipeline, settings: Config, index: Index, web: WebSe
                         planner_lm=planner_lm(settings.lm))
 
 
-def policy_of(choice: str, chosen: Path | None) -> str:
+def policy_of(choice: PolicyChoice, chosen: Path | None) -> PolicyMode:
     """The policy a deep program decides with: `auto` is the learned one where the chosen artifact carries a
     `policy.json`, else the LM's; any other choice is itself."""
-    if choice != "auto":
-        return choice
-    return "learned" if chosen is not None and (chosen / POLICY_FILE).is_file() else "llm"
+    if choice == "auto":
+        return "learned" if chosen is not None and (chosen / POLICY_FILE).is_file() else "llm"
+    return choice
 
 
-def program_for(pipeline: str, settings: Config, store: Index, searcher: WebSearch | None, policy: str = "llm",
-                say: Callable[..., None] = lambda *_: None, artifact: str | None = None) -> dspy.Module:
+def program_for(pipeline: str, settings: Config, store: Index, searcher: WebSearch | None,
+                policy: PolicyChoice = "llm", say: Callable[..., None] = lambda *_: None,
+                artifact: str | None = None) -> dspy.Module:
     """The program, with the compiled artifact loaded into the deep one (`auto`: the default shipped for the model),
     and the artifact's learned policy when it decides with one (`policy` learned, or auto and it has one)."""
     chosen = artifacts.chosen(artifact or settings.artifacts.default, settings.artifacts.path, settings.lm.model)
-    policy = policy_of(policy, chosen)
+    mode = policy_of(policy, chosen)
     learned = None
-    if pipeline == "deep" and policy == "learned":
+    if pipeline == "deep" and mode == "learned":
         if chosen is None:
             raise UserError("--policy learned decides with an artifact's policy.json; pass --artifact NAME (run "
                             "`dspy-rag distill-policy` for it first)")
-        learned = LearnedPolicy.load(chosen)  # before the program is built: a policy it cannot run fails first
+        try:  # before the program is built: a policy it cannot run fails first
+            learned = LearnedPolicy.load(chosen)
+        except UserError as error:
+            if policy != "auto":
+                raise
+            raise UserError(f"{error}; or pass --policy llm to decide without it") from error
     if pipeline == "deep" and (planner := settings.lm.separate_planner):
         say(f"the planner plans with {planner}")  # a local planner model's weights load now
-    program = build_program(pipeline, settings, store, searcher, policy,  # type: ignore[arg-type]
+    program = build_program(pipeline, settings, store, searcher, mode,
                             on_event=lambda kind, text: say(text, kind), learned=learned)
     if pipeline != "deep" or chosen is None:
         return program

@@ -89,6 +89,8 @@ def test_deep_ask_on_the_10k_records_a_complete_trajectory(tenk_folder: Path) ->
     # the shipped artifact's learned policy decides: no policy or supervisor call, the plan, a rewrite, the answer
     assert trajectory["policy"] == "learned" and result["lm_calls"] == trajectory["lm_calls"] >= 3
     assert {"policy", "supervise"}.isdisjoint(c["module"] for c in trajectory["calls"])
+    searched = [s for s in trajectory["steps"] if s["strategy"] is not None]
+    assert searched and all(s["strategy_reason"].startswith("learned: predicted evidence recall") for s in searched)
     assert result["tokens"] == trajectory["tokens"] and trajectory["lm_seconds"] <= result["seconds"]
     step = trajectory["steps"][0]
     assert step["query"] and step["finding"] and step["decision"] in ("CONTINUE", "REVISE", "FINISH")

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, get_args
 
 import dspy
 import numpy as np
@@ -40,7 +40,7 @@ from dspy_rag.optimizers.policy_labels import (
 from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.learned_policy import POLICY_FILE, Classifier, LearnedPolicy
 from dspy_rag.pipelines.policy_features import FEATURES, decision_points, feature_values, live_point
-from dspy_rag.pipelines.programs import build_program
+from dspy_rag.pipelines.programs import PolicyChoice, build_program, policy_of
 from dspy_rag.pipelines.strategy_chooser import QUERY_FEATURES, STRATEGIES, StrategyChooser
 from dspy_rag.pipelines.trajectory import CallRecord, Scored, StepRecord, Trajectory
 from dspy_rag.retrieval import Passage, Retriever
@@ -496,6 +496,28 @@ def test_ask_decides_by_the_artifacts_learned_policy_unless_told_otherwise(polic
     assert learned["policy"] == "learned" and "policy" not in [c["module"] for c in learned["calls"]]
     assert learned["steps"][0]["decision_reason"].startswith("learned: p(finish)")
     assert ask_json("--policy", "llm")["policy"] == "llm"
+
+
+def test_auto_is_the_learned_policy_only_where_the_artifact_carries_one(tmp_path: Path) -> None:
+    assert policy_of("auto", None) == "llm"  # the uncompiled program
+    assert policy_of("auto", tmp_path) == "llm"
+    (tmp_path / POLICY_FILE).write_text("{}")
+    assert policy_of("auto", tmp_path) == "learned"
+    assert [policy_of(choice, tmp_path) for choice in ("llm", "plan", "learned")] == ["llm", "plan", "learned"]
+
+
+def test_every_surface_offers_the_same_policy_choices() -> None:
+    from dspy_rag.cli.options import Policy
+    from dspy_rag.server.bodies import PolicyName
+
+    (literal, _field) = get_args(PolicyName)
+    assert set(get_args(Policy)) == set(get_args(literal)) == set(get_args(PolicyChoice))
+
+
+def test_a_broken_policy_under_auto_says_how_to_ask_without_it(policy_workspace: Path) -> None:
+    (policy_workspace / "artifacts" / "tiny-art" / POLICY_FILE).write_text("{not json")
+    assert_one_line_error(invoke("ask", "--artifact", "tiny-art", "Revenue?"), "corrupt", "--policy llm")
+    assert "supervise" in [c["module"] for c in ask_json("--policy", "llm")["calls"]]
 
 
 def test_keep_going_stands_over_the_learned_policy(policy_workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -79,5 +79,5 @@ def test_the_parting_table_splits_the_gain_by_where_the_runs_part() -> None:
     by_kind = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in lines[2:]}
     assert by_kind["fewer steps"] == ["1", "0 / 1", "-0.250", "-0.50 |"]
     assert by_kind["more steps"] == ["1", "0 / 0", "+0.000", "+0.50 |"]
-    assert by_kind["same steps, another answer"] == ["1", "0 / 0", "+0.000", "+0.00 |"]
-    assert by_kind["same steps, same answer"][0] == "1"
+    assert by_kind["as many steps, another answer"] == ["1", "0 / 0", "+0.000", "+0.00 |"]
+    assert by_kind["as many steps, the same answer"][0] == "1"
