@@ -12,7 +12,7 @@ from dspy.utils import DummyLM
 from conftest import invoke, scratch_config
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
-from dspy_rag.evals.evaluate import column_settings, columns_of
+from dspy_rag.evals.evaluate import column_settings, columns_of, run_eval
 from dspy_rag.evals.rows import run_question
 from dspy_rag.index import Index
 from dspy_rag.models import planner_lm
@@ -102,6 +102,18 @@ def test_an_eval_columns_model_and_planner_get_the_key_only_from_lm_models_provi
     planner_lm(settings.lm)
     assert [(s.model, s.api_key is not None) for s in built] == [(planner, keyed)]
     assert (settings.lm.model, settings.lm.api_key is not None) == (column, keyed)
+
+
+def test_a_column_whose_planner_would_need_the_key_of_lm_models_provider_is_refused_by_name() -> None:
+    config = scratch_config(Path("/nonexistent"), **{"lm.model": "openai/gpt-4o-mini", "lm.api_key": "sk-secret"})
+    (local,) = columns_of(["deep"], ["none"], ["local/qwen2.5-coder-0.5b"], planners=["openai/gpt-4o"])
+    with pytest.raises(UserError, match=r"planner openai/gpt-4o would need lm.api_key.*\(openai\), not to "
+                                        r"local/qwen2.5-coder-0.5b.*--planner-model none"):
+        column_settings(config, local)
+    with pytest.raises(UserError, match="would need lm.api_key"):  # before any set is loaded or question run
+        run_eval(config, "no-such-set", model=["local/qwen2.5-coder-0.5b"], planner_model=["openai/gpt-4o"])
+    (own,) = columns_of(["deep"], ["none"], ["local/qwen2.5-coder-0.5b"], planners=[None])
+    assert column_settings(config, own).lm.planner_model is None  # no planner model: nothing to refuse
 
 
 def test_a_withheld_key_is_named_in_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
