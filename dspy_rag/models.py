@@ -234,13 +234,25 @@ def provider(model: str) -> str:
         return model
 
 
+def moved_to(config: LMConfig, model: str) -> LMConfig:
+    """The LM settings with `model` in place of `config.model`: `api_base` and `api_key` only when it has the same
+    provider, so that a key is never sent to another provider."""
+    same = provider(model) == provider(config.model)
+    return config.model_copy(update={"model": model, **({} if same else {"api_base": None, "api_key": None})})
+
+
+def replaced_by(config: LMConfig, model: str) -> LMConfig:
+    """The LM settings when a `--model` flag replaces `config.model`: `moved_to` it, but beside a packaged model,
+    which takes no key or base, `api_key` and `api_base` are there for the flag's model and stay."""
+    if config.model.startswith(LOCAL_PREFIX):
+        return config.model_copy(update={"model": model})
+    return moved_to(config, model)
+
+
 def settings_for(config: LMConfig, model: str) -> LMConfig:
     """The LM settings for another model beside `config.model` (a planner, a teacher, a judge, an eval column):
-    the same settings, with `api_base` and `api_key` only when it has the same provider, so that a key is never
-    sent to another provider."""
-    same = provider(model) == provider(config.model)
-    return config.model_copy(update={"model": model, "planner_model": None,
-                                     **({} if same else {"api_base": None, "api_key": None})})
+    `moved_to` it, with no planner model of its own."""
+    return moved_to(config, model).model_copy(update={"planner_model": None})
 
 
 def loaded_beside(config: LMConfig, model: str) -> dspy.LM:

@@ -142,3 +142,19 @@ def test_a_bad_value_from_the_environment_names_its_variable() -> None:
     with pytest.raises(UserError, match=r"'lm.max_tokens': ") as error:  # a flag overriding it is to blame
         load_config(overrides={"lm.max_tokens": "x"}, environ={"DSPY_RAG_LM_MAX_TOKENS": "abc"})
     assert "set by" not in str(error.value)
+
+
+def test_a_model_flag_of_another_provider_gets_neither_the_key_nor_the_base() -> None:
+    from dspy_rag.cli.options import config_of
+
+    Path("dspy-rag.yaml").write_text("lm:\n  model: openai/gpt-4o-mini\n  api_key: sk-secret\n"
+                                     "  api_base: http://127.0.0.1:9/v1\n")
+    same = config_of(None, **{"lm.model": "openai/gpt-4o"}).lm
+    assert same.api_key is not None and same.api_key.get_secret_value() == "sk-secret" and same.api_base
+    for other in ("anthropic/claude-3-5-haiku-latest", "local/qwen2.5-coder-1.5b"):
+        scoped = config_of(None, **{"lm.model": other}).lm
+        assert (scoped.model, scoped.api_key, scoped.api_base) == (other, None, None)
+    assert config_of(None, **{"lm.model": None}).lm.api_key is not None  # no flag: the configuration as written
+    Path("dspy-rag.yaml").write_text("lm:\n  api_key: sk-secret\n")  # beside the packaged model: the flag's key
+    keyed = config_of(None, **{"lm.model": "anthropic/claude-3-5-haiku-latest"}).lm
+    assert keyed.api_key is not None and keyed.api_key.get_secret_value() == "sk-secret"
