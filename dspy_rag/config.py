@@ -337,6 +337,39 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:
     return found
 
 
+def provider(model: str) -> str:
+    """Who serves a model string: `local` for a packaged model, else LiteLLM's provider (`gpt-4o` and
+    `openai/gpt-4o-mini`: openai); the string itself when LiteLLM cannot route it."""
+    if model.startswith(LOCAL_PREFIX):
+        return LOCAL_PREFIX
+    import litellm
+
+    litellm.suppress_debug_info = True  # its "Provider List" banner would land in a --json document
+    try:
+        return litellm.get_llm_provider(model)[1]
+    except Exception:  # litellm raises its own BadRequestError subclasses for a string it cannot route
+        return model
+
+
+def _keyed_to_its_model(lm: LMConfig, layers: list[dict[str, Any]]) -> LMConfig:
+    """`lm` without a key or base set for another provider's model: where a later layer (file, environment, flags)
+    set `lm.model` than the one that set `lm.api_key` or `lm.api_base`, it is the earlier model's, and goes to the
+    new model only when both have one provider, or the earlier model was a packaged one (which takes neither)."""
+    def layer_of(dotted: str) -> int:  # 0: the default
+        return max((n + 1 for n, layer in enumerate(layers) if layer.get(dotted) is not None), default=0)
+
+    withheld: dict[str, None] = {}
+    for name in ("api_key", "api_base"):
+        at = layer_of(f"lm.{name}")
+        if not getattr(lm, name) or layer_of("lm.model") <= at:
+            continue
+        beneath = [layer["lm.model"] for layer in layers[:at] if layer.get("lm.model") is not None]
+        owner = str(beneath[-1]) if beneath else LMConfig.model_fields["model"].default
+        if not owner.startswith(LOCAL_PREFIX) and provider(owner) != provider(lm.model):
+            withheld[name] = None
+    return lm.model_copy(update=withheld)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -371,10 +404,12 @@ def load_config(
     if path is None and DEFAULT_CONFIG_FILE.is_file():
         path = DEFAULT_CONFIG_FILE
     tree = _read_yaml(path) if path else {}
+    written = tree.get("lm") if isinstance(tree.get("lm"), dict) else {}
     from_environment = _env_overrides(environ)
     flags = {k: v for k, v in (overrides or {}).items() if v is not None}
-    layered = {**{k: value for k, (value, _) in from_environment.items()}, **flags}
-    for dotted, value in layered.items():
+    layers = [{f"lm.{k}": v for k, v in written.items()}, {k: value for k, (value, _) in from_environment.items()},
+              flags]
+    for dotted, value in {**layers[1], **flags}.items():
         _set_dotted(tree, dotted, value)
     try:
         config = Config.model_validate(tree)
@@ -385,6 +420,7 @@ def load_config(
         variable = from_environment.get(".".join(str(part) for part in first["loc"][:2]))
         origin = f" (set by {variable[1]})" if variable and where not in flags else ""
         raise UserError(f"invalid configuration at '{where}'{origin}: {reason} (see `dspy-rag config`)") from exc
+    config = config.model_copy(update={"lm": _keyed_to_its_model(config.lm, layers)})
     for secret in (config.lm.api_key, config.web.tavily_api_key, config.serve.token):
         if secret is not None:
             register_secret(secret.get_secret_value())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import dspy
 
-from dspy_rag.config import LOCAL_PREFIX, LMConfig
+from dspy_rag.config import LOCAL_PREFIX, LMConfig, provider
 from dspy_rag.errors import UserError
 from dspy_rag.files import cache_root, write_atomic
 
@@ -221,38 +221,13 @@ def loaded(config: LMConfig) -> dspy.LM:
     return _LOADED[key]
 
 
-def provider(model: str) -> str:
-    """Who serves a model string: `local` for a packaged model, else LiteLLM's provider (`gpt-4o` and
-    `openai/gpt-4o-mini`: openai); the string itself when LiteLLM cannot route it."""
-    if model.startswith(LOCAL_PREFIX):
-        return LOCAL_PREFIX
-    import litellm
-
-    try:
-        return litellm.get_llm_provider(model)[1]
-    except Exception:  # litellm raises its own BadRequestError subclasses for a string it cannot route
-        return model
-
-
-def moved_to(config: LMConfig, model: str) -> LMConfig:
-    """The LM settings with `model` in place of `config.model`: `api_base` and `api_key` only when it has the same
-    provider, so that a key is never sent to another provider."""
-    same = provider(model) == provider(config.model)
-    return config.model_copy(update={"model": model, **({} if same else {"api_base": None, "api_key": None})})
-
-
-def replaced_by(config: LMConfig, model: str) -> LMConfig:
-    """The LM settings when a `--model` flag replaces `config.model`: `moved_to` it, but beside a packaged model,
-    which takes no key or base, `api_key` and `api_base` are there for the flag's model and stay."""
-    if config.model.startswith(LOCAL_PREFIX):
-        return config.model_copy(update={"model": model})
-    return moved_to(config, model)
-
-
 def settings_for(config: LMConfig, model: str) -> LMConfig:
     """The LM settings for another model beside `config.model` (a planner, a teacher, a judge, an eval column):
-    `moved_to` it, with no planner model of its own."""
-    return moved_to(config, model).model_copy(update={"planner_model": None})
+    the same settings, with `api_base` and `api_key` only when it has the same provider, so that a key is never
+    sent to another provider."""
+    same = (config.api_key is None and not config.api_base) or provider(model) == provider(config.model)
+    return config.model_copy(update={"model": model, "planner_model": None,
+                                     **({} if same else {"api_base": None, "api_key": None})})
 
 
 def loaded_beside(config: LMConfig, model: str) -> dspy.LM:

@@ -21,7 +21,6 @@ import dspy
 from dspy_rag.config import Config, load_config
 from dspy_rag.evals.rows import RESULTS
 from dspy_rag.files import write_json_atomic
-from dspy_rag.models import replaced_by
 from dspy_rag.pipelines.deep import DeepResearch
 from dspy_rag.pipelines.evidence import question_passages
 from dspy_rag.pipelines.lm_calls import LMCalls
@@ -83,9 +82,7 @@ def main() -> None:
     parser.add_argument("--model", default=None)
     parser.add_argument("--out", type=Path, default=RESULTS / "router.json")
     args = parser.parse_args()
-    config = load_config()
-    if args.model:
-        config = config.model_copy(update={"lm": replaced_by(config.lm, args.model)})
+    config = load_config(overrides={"lm.model": args.model})
     report = bench(config, args.split)
     write_json_atomic(args.out, report)
     for name in ("with_route_check", "without_route_check"):

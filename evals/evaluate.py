@@ -309,14 +309,18 @@ def progress_text(column: Column, run: StoredRun) -> str:
 
 def column_settings(config: Config, column: Column) -> Config:
     """A column's settings: its model's as `settings_for` scopes them (its planner's scoped again from those), its
-    guard or role switched. A planner that would need lm.api_key where the column's model may not have it is
-    refused: the column's settings carry one key, for the column's model."""
-    from dspy_rag.models import provider, settings_for
+    guard or role switched. A planner that would need lm.api_key where the column's model may not have it (and
+    whose provider's key is not in the environment) is refused: the column's settings carry one key, the model's."""
+    import litellm
+
+    from dspy_rag.config import provider
+    from dspy_rag.models import settings_for
 
     scoped = settings_for(config.lm, column.model).model_copy(update={"planner_model": column.planner})
     keyed = provider(config.lm.model)
     if (column.planner and config.lm.api_key is not None and scoped.api_key is None
-            and provider(column.planner) == keyed):
+            and provider(column.planner) == keyed
+            and litellm.validate_environment(column.planner).get("missing_keys")):
         raise UserError(f"column {column.label}: its planner {column.planner} would need lm.api_key, which goes "
                         f"only to models of lm.model's provider ({keyed}), not to {column.model}; set the "
                         f"provider's key in its environment variable instead, or pass --planner-model none")

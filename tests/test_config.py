@@ -155,6 +155,11 @@ def test_a_model_flag_of_another_provider_gets_neither_the_key_nor_the_base() ->
         scoped = config_of(None, **{"lm.model": other}).lm
         assert (scoped.model, scoped.api_key, scoped.api_base) == (other, None, None)
     assert config_of(None, **{"lm.model": None}).lm.api_key is not None  # no flag: the configuration as written
+    moved = load_config(environ={"DSPY_RAG_LM_MODEL": "anthropic/claude-3-5-haiku-latest"}).lm  # any later layer
+    assert (moved.api_key, moved.api_base) == (None, None)
+    together = load_config(environ={"DSPY_RAG_LM_MODEL": "anthropic/claude-3-5-haiku-latest",
+                                    "DSPY_RAG_LM_API_KEY": "sk-ant"}).lm  # a key set with its model is its own
+    assert together.api_key is not None and together.api_key.get_secret_value() == "sk-ant"
     Path("dspy-rag.yaml").write_text("lm:\n  api_key: sk-secret\n")  # beside the packaged model: the flag's key
     keyed = config_of(None, **{"lm.model": "anthropic/claude-3-5-haiku-latest"}).lm
     assert keyed.api_key is not None and keyed.api_key.get_secret_value() == "sk-secret"

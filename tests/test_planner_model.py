@@ -104,7 +104,9 @@ def test_an_eval_columns_model_and_planner_get_the_key_only_from_lm_models_provi
     assert (settings.lm.model, settings.lm.api_key is not None) == (column, keyed)
 
 
-def test_a_column_whose_planner_would_need_the_key_of_lm_models_provider_is_refused_by_name() -> None:
+def test_a_column_whose_planner_would_need_the_key_of_lm_models_provider_is_refused_by_name(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     config = scratch_config(Path("/nonexistent"), **{"lm.model": "openai/gpt-4o-mini", "lm.api_key": "sk-secret"})
     (local,) = columns_of(["deep"], ["none"], ["local/qwen2.5-coder-0.5b"], planners=["openai/gpt-4o"])
     with pytest.raises(UserError, match=r"planner openai/gpt-4o would need lm.api_key.*\(openai\), not to "
@@ -112,6 +114,8 @@ def test_a_column_whose_planner_would_need_the_key_of_lm_models_provider_is_refu
         column_settings(config, local)
     with pytest.raises(UserError, match="would need lm.api_key"):  # before any set is loaded or question run
         run_eval(config, "no-such-set", model=["local/qwen2.5-coder-0.5b"], planner_model=["openai/gpt-4o"])
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")  # the planner's own key: nothing withheld
+    assert column_settings(config, local).lm.planner_model == "openai/gpt-4o"
     (own,) = columns_of(["deep"], ["none"], ["local/qwen2.5-coder-0.5b"], planners=[None])
     assert column_settings(config, own).lm.planner_model is None  # no planner model: nothing to refuse
 

@@ -20,16 +20,8 @@ Policy = Literal["auto", "llm", "plan", "learned"]
 
 
 def config_of(config: Path | None, **flags: Any) -> Config:
-    """The configuration file (or ./dspy-rag.yaml) under the environment, under the flags that were given. A
-    `--model` of another provider than the configured remote model's gets neither lm.api_key nor lm.api_base:
-    they are that provider's, and a key is never sent to another (`models.replaced_by`)."""
-    settings = load_config(config, overrides=flags)  # the flag's value checked as the configuration's would be
-    if flags.get("lm.model") is None:
-        return settings
-    from dspy_rag.models import replaced_by  # not at the top: --help imports no DSPy
-
-    configured = load_config(config, overrides={**flags, "lm.model": None})
-    return settings.model_copy(update={"lm": replaced_by(configured.lm, settings.lm.model)})
+    """The configuration file (or ./dspy-rag.yaml) under the environment, under the flags that were given."""
+    return load_config(config, overrides=flags)
 
 
 def print_json(document: Any) -> None:
