@@ -141,7 +141,8 @@ def distill_policy_command(
     as_json: JsonOption = False,
 ) -> None:
     """Learn when to stop researching, when to re-plan and which search each step runs: label every decision
-    point and step of traced train runs, fit the classifiers and save them into the artifact, where `ask` decides with them by default."""
+    point and step of traced train runs, fit the classifiers and save them into the artifact, where `ask` decides
+    with them by default."""
     from dspy_rag.optimizers.distill_policy import DistillRequest, distill_policy
     from dspy_rag.trainsets.registry import trainset_names
 
