@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError,
+                      field_validator)
 
 from dspy_rag import paths
 from dspy_rag.errors import UserError, register_secret
@@ -90,6 +91,38 @@ class LMConfig(Section):
     parallel_steps: int = Field(4, ge=1, le=16, description="served models (lm.api_base or a provider's): plan steps "
                                 "that build on no earlier answer researched at once, at most this many; the "
                                 "embedded local model researches one at a time")
+
+    # lm.api_key and lm.api_base set for another provider's model than `model`, by (name, provider): a planner,
+    # teacher or judge of that provider gets them (`for_model`), `model` never does.
+    _held: dict[tuple[str, str], Any] = PrivateAttr(default_factory=dict)
+
+    def for_model(self, model: str) -> "LMConfig":
+        """These settings for `model` in place of `model`: `api_key` and `api_base` each go only to a model of the
+        provider they were set for (`model`'s, or a held one's), and the rest are held, so that a key is never sent
+        to another provider and a planner of the key's provider still gets it."""
+        update: dict[str, Any] = {"model": model}
+        held: dict[tuple[str, str], Any] = {}
+        if self.api_key is None and not self.api_base and not self._held:
+            return self.model_copy(update=update)
+        target = provider(model)
+        for name in ("api_key", "api_base"):
+            kept = {**({(name, provider(self.model)): value} if (value := getattr(self, name)) else {}),
+                    **{key: value for key, value in self._held.items() if key[0] == name}}
+            update[name] = kept.pop((name, target), None)
+            held.update(kept)
+        scoped = self.model_copy(update=update)
+        scoped._held = held
+        return scoped
+
+    @property
+    def keyed(self) -> bool:
+        """An lm.api_key is set, for `model` or held for another provider's model."""
+        return self.api_key is not None or any(name == "api_key" for name, _ in self._held)
+
+    def held_secrets(self) -> list[str]:
+        """The held keys, and the passwords in held bases: never to be printed."""
+        return [secret for (name, _), value in self._held.items()
+                if (secret := value.get_secret_value() if name == "api_key" else url_password(str(value)))]
 
     @property
     def embedded(self) -> bool:
@@ -352,13 +385,14 @@ def provider(model: str) -> str:
 
 
 def _keyed_to_its_model(lm: LMConfig, layers: list[dict[str, Any]]) -> LMConfig:
-    """`lm` without a key or base set for another provider's model: where a later layer (file, environment, flags)
-    set `lm.model` than the one that set `lm.api_key` or `lm.api_base`, it is the earlier model's, and goes to the
-    new model only when both have one provider, or the earlier model was a packaged one (which takes neither)."""
+    """`lm` with a key or base set for another provider's model held back from its model: where a later layer
+    (file, environment, flags) set `lm.model` than the one that set `lm.api_key` or `lm.api_base`, it is the earlier
+    model's, and goes to the new model only when both have one provider, or the earlier model was a packaged one
+    (which takes neither); otherwise a planner of the earlier model's provider still gets it."""
     def layer_of(dotted: str) -> int:  # 0: the default
         return max((n + 1 for n, layer in enumerate(layers) if layer.get(dotted) is not None), default=0)
 
-    withheld: dict[str, None] = {}
+    keyed = lm
     for name in ("api_key", "api_base"):
         at = layer_of(f"lm.{name}")
         if not getattr(lm, name) or layer_of("lm.model") <= at:
@@ -366,8 +400,9 @@ def _keyed_to_its_model(lm: LMConfig, layers: list[dict[str, Any]]) -> LMConfig:
         beneath = [layer["lm.model"] for layer in layers[:at] if layer.get("lm.model") is not None]
         owner = str(beneath[-1]) if beneath else LMConfig.model_fields["model"].default
         if not owner.startswith(LOCAL_PREFIX) and provider(owner) != provider(lm.model):
-            withheld[name] = None
-    return lm.model_copy(update=withheld)
+            keyed = keyed.model_copy(update={name: None})
+            keyed._held = {**keyed._held, (name, provider(owner)): getattr(lm, name)}
+    return keyed
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -424,6 +459,8 @@ def load_config(
     for secret in (config.lm.api_key, config.web.tavily_api_key, config.serve.token):
         if secret is not None:
             register_secret(secret.get_secret_value())
+    for held in config.lm.held_secrets():
+        register_secret(held)
     for section, name in URL_FIELDS:
         if password := url_password(getattr(getattr(config, section), name)):
             register_secret(password)

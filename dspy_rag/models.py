@@ -223,23 +223,20 @@ def loaded(config: LMConfig) -> dspy.LM:
 
 def settings_for(config: LMConfig, model: str) -> LMConfig:
     """The LM settings for another model beside `config.model` (a planner, a teacher, a judge, an eval column):
-    the same settings, with `api_base` and `api_key` only when it has the same provider, so that a key is never
-    sent to another provider."""
-    same = (config.api_key is None and not config.api_base) or provider(model) == provider(config.model)
-    return config.model_copy(update={"model": model, "planner_model": None,
-                                     **({} if same else {"api_base": None, "api_key": None})})
+    the same settings, with `api_base` and `api_key` only where they were set for its provider
+    (`LMConfig.for_model`), so that a key is never sent to another provider."""
+    return config.for_model(model).model_copy(update={"planner_model": None})
 
 
 def loaded_beside(config: LMConfig, model: str) -> dspy.LM:
     """The LM for another model beside `config.model`, with the settings `settings_for` gives it, loaded once a
-    process; its error says so when the configured key was withheld from it."""
+    process; its error says so when the configured key was kept from it."""
     scoped = settings_for(config, model)
     try:
         return loaded(scoped)
     except UserError as error:
-        if config.api_key is not None and scoped.api_key is None:
-            raise UserError(f"{error}; lm.api_key goes only to models of lm.model's provider "
-                            f"({provider(config.model)})") from error
+        if scoped.api_key is None and config.keyed:
+            raise UserError(f"{error}; lm.api_key goes only to models of the provider it was set for") from error
         raise
 
 

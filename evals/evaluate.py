@@ -308,22 +308,12 @@ def progress_text(column: Column, run: StoredRun) -> str:
 
 
 def column_settings(config: Config, column: Column) -> Config:
-    """A column's settings: its model's as `settings_for` scopes them (its planner's scoped again from those), its
-    guard or role switched. A planner that would need lm.api_key where the column's model may not have it (and
-    whose provider's key is not in the environment) is refused: the column's settings carry one key, the model's."""
-    import litellm
-
-    from dspy_rag.config import provider
+    """A column's settings: its model's as `settings_for` scopes them (its planner's scoped again from those, so a
+    planner of lm.model's provider keeps lm.api_key beside another provider's column model), its guard or role
+    switched."""
     from dspy_rag.models import settings_for
 
     scoped = settings_for(config.lm, column.model).model_copy(update={"planner_model": column.planner})
-    keyed = provider(config.lm.model)
-    if (column.planner and config.lm.api_key is not None and scoped.api_key is None
-            and provider(column.planner) == keyed
-            and litellm.validate_environment(column.planner).get("missing_keys")):
-        raise UserError(f"column {column.label}: its planner {column.planner} would need lm.api_key, which goes "
-                        f"only to models of lm.model's provider ({keyed}), not to {column.model}; set the "
-                        f"provider's key in its environment variable instead, or pass --planner-model none")
     settings = config.model_copy(update={"lm": scoped})
     if (switch := column.switch) is not None:
         switched = getattr(config, switch.part).model_copy(update={switch.name: switch.on})
@@ -367,8 +357,6 @@ def run_eval(config: Config, questions: str | Sequence[str], pipeline: list[str]
                             f"{state}; switch it the other way")
     planners = [None if p == "none" else p for p in planner_model or [config.lm.planner_model or "none"]]
     columns = columns_of(pipelines, artifact or ["none"], model or [config.lm.model], policies, switches, planners)
-    for column in columns:  # a column refused now, not after hours of the others' runs
-        column_settings(config, column)
     trainsets = load_trainsets(questions)
     eval_sets = [load_set(trainset, config) for trainset in trainsets]
     for eval_set in eval_sets:

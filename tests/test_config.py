@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from dspy_rag.config import load_config
-from dspy_rag.errors import UserError
+from dspy_rag.errors import UserError, redact
 
 # Each layer's values for three fields; a later layer must win over every earlier one.
 LAYER_VALUES = {
@@ -146,6 +146,7 @@ def test_a_bad_value_from_the_environment_names_its_variable() -> None:
 
 def test_a_model_flag_of_another_provider_gets_neither_the_key_nor_the_base() -> None:
     from dspy_rag.cli.options import config_of
+    from dspy_rag.models import settings_for
 
     Path("dspy-rag.yaml").write_text("lm:\n  model: openai/gpt-4o-mini\n  api_key: sk-secret\n"
                                      "  api_base: http://127.0.0.1:9/v1\n")
@@ -160,6 +161,15 @@ def test_a_model_flag_of_another_provider_gets_neither_the_key_nor_the_base() ->
     together = load_config(environ={"DSPY_RAG_LM_MODEL": "anthropic/claude-3-5-haiku-latest",
                                     "DSPY_RAG_LM_API_KEY": "sk-ant"}).lm  # a key set with its model is its own
     assert together.api_key is not None and together.api_key.get_secret_value() == "sk-ant"
+    Path("dspy-rag.yaml").write_text("lm:\n  model: openai/gpt-4o-mini\n  api_key: sk-held-for-openai\n"
+                                     "  planner_model: openai/gpt-4o\n")
+    local = config_of(None, **{"lm.model": "local/qwen2.5-coder-1.5b"}).lm  # held for a model of its provider
+    assert local.api_key is None and local.keyed
+    assert redact("sent sk-held-for-openai") == "sent ***"  # held, yet never printed
+    planner = settings_for(local, "openai/gpt-4o")
+    assert planner.api_key is not None and planner.api_key.get_secret_value() == "sk-held-for-openai"
+    assert settings_for(local, "anthropic/claude-3-5-haiku-latest").api_key is None
+    assert settings_for(settings_for(local, "local/qwen2.5-coder-0.5b"), "openai/gpt-4o").api_key is not None
     Path("dspy-rag.yaml").write_text("lm:\n  api_key: sk-secret\n")  # beside the packaged model: the flag's key
     keyed = config_of(None, **{"lm.model": "anthropic/claude-3-5-haiku-latest"}).lm
     assert keyed.api_key is not None and keyed.api_key.get_secret_value() == "sk-secret"

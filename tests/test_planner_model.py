@@ -12,7 +12,7 @@ from dspy.utils import DummyLM
 from conftest import invoke, scratch_config
 from dspy_rag.config import Config
 from dspy_rag.errors import UserError
-from dspy_rag.evals.evaluate import column_settings, columns_of, run_eval
+from dspy_rag.evals.evaluate import column_settings, columns_of
 from dspy_rag.evals.rows import run_question
 from dspy_rag.index import Index
 from dspy_rag.models import planner_lm
@@ -104,20 +104,17 @@ def test_an_eval_columns_model_and_planner_get_the_key_only_from_lm_models_provi
     assert (settings.lm.model, settings.lm.api_key is not None) == (column, keyed)
 
 
-def test_a_column_whose_planner_would_need_the_key_of_lm_models_provider_is_refused_by_name(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+def test_a_local_columns_planner_of_lm_models_provider_keeps_its_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dspy_rag import models
+
+    built: list[Any] = []
+    monkeypatch.setattr(models, "build_lm", lambda config: built.append(config) or DummyLM([]))
     config = scratch_config(Path("/nonexistent"), **{"lm.model": "openai/gpt-4o-mini", "lm.api_key": "sk-secret"})
     (local,) = columns_of(["deep"], ["none"], ["local/qwen2.5-coder-0.5b"], planners=["openai/gpt-4o"])
-    with pytest.raises(UserError, match=r"planner openai/gpt-4o would need lm.api_key.*\(openai\), not to "
-                                        r"local/qwen2.5-coder-0.5b.*--planner-model none"):
-        column_settings(config, local)
-    with pytest.raises(UserError, match="would need lm.api_key"):  # before any set is loaded or question run
-        run_eval(config, "no-such-set", model=["local/qwen2.5-coder-0.5b"], planner_model=["openai/gpt-4o"])
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")  # the planner's own key: nothing withheld
-    assert column_settings(config, local).lm.planner_model == "openai/gpt-4o"
-    (own,) = columns_of(["deep"], ["none"], ["local/qwen2.5-coder-0.5b"], planners=[None])
-    assert column_settings(config, own).lm.planner_model is None  # no planner model: nothing to refuse
+    settings = column_settings(config, local)
+    assert settings.lm.api_key is None  # the local model is not sent the key
+    planner_lm(settings.lm)
+    assert [(s.model, s.api_key and s.api_key.get_secret_value()) for s in built] == [("openai/gpt-4o", "sk-secret")]
 
 
 def test_a_withheld_key_is_named_in_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,7 +122,8 @@ def test_a_withheld_key_is_named_in_the_error(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     lm = scratch_config(Path("/nonexistent"), **{"lm.api_key": "sk-secret"}).lm  # the local model's
-    with pytest.raises(UserError, match=r"needs OPENAI_API_KEY.*lm.api_key goes only to models of lm.model's"):
+    with pytest.raises(UserError, match=r"needs OPENAI_API_KEY.*lm.api_key goes only to models of the provider it "
+                                        r"was set for"):
         models.loaded_beside(lm, "openai/gpt-4o-mini")
 
 
