@@ -27,6 +27,7 @@ class Row:
     parent_score: float | None  # the parent's own compile score, measured alike
     uncompiled_score: float | None  # the uncompiled program's score, measured alike
     kept: float | None = None  # an eval on another model than the compile's: the share of its gain kept there
+    kept_against: LedgerEntry | None = None  # the eval on the compile's model whose gain `kept` divides by
 
     @property
     def delta_parent(self) -> float | None:
@@ -39,14 +40,20 @@ class Row:
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self.entry), "generation": self.generation, "parent_score": self.parent_score,
                 "uncompiled_score": self.uncompiled_score, "delta_parent": self.delta_parent,
-                "delta_uncompiled": self.delta_uncompiled, "kept": self.kept}
+                "delta_uncompiled": self.delta_uncompiled, "kept": self.kept,
+                "kept_against_code": self.kept_against.code_version if self.kept_against else None}
+
+    @property
+    def kept_by_other_code(self) -> bool:
+        """The gain `kept` divides by was measured by other code than this row's."""
+        return self.kept_against is not None and self.kept_against.code_version != self.entry.code_version
 
 
-def measured_alike(a: LedgerEntry, b: LedgerEntry, on_any_model: bool = False) -> bool:
+def measured_alike(a: LedgerEntry, b: LedgerEntry, on_any_model: bool = False, by_any_code: bool = False) -> bool:
     """Same model, data, split, metric, number of questions and code: a score on 1 question says nothing next to
     8, and the same prompts run by other code are another program."""
-    return (on_any_model or a.model == b.model) and (a.trainset, a.split, a.metric, a.questions, a.code_version) == (
-        b.trainset, b.split, b.metric, b.questions, b.code_version)
+    return ((on_any_model or a.model == b.model) and (by_any_code or a.code_version == b.code_version)
+            and (a.trainset, a.split, a.metric, a.questions) == (b.trainset, b.split, b.metric, b.questions))
 
 
 def gain(entry: LedgerEntry) -> float | None:
@@ -54,17 +61,22 @@ def gain(entry: LedgerEntry) -> float | None:
     return None if entry.score_before is None else entry.score - entry.score_before
 
 
-def share_kept(entry: LedgerEntry, so_far: list[LedgerEntry]) -> float | None:
-    """Transfer: an artifact's gain over the uncompiled program on a model it was not compiled for, as a share of
-    its gain on the model it was compiled for (the newest eval there, measured alike but for the model); None
-    where either gain is unknown or the home gain is no gain."""
+def home_of(entry: LedgerEntry, so_far: list[LedgerEntry]) -> LedgerEntry | None:
+    """Transfer: for an eval with a gain on another model than its artifact was compiled on, the newest eval with
+    a gain on that model, measured alike but for the model, by the same code where there is one, else by any. Each
+    gain is over the uncompiled program run by the same code as the artifact, so two gains compare across code."""
     compiled = next((e for e in reversed(so_far) if e.kind == "compile" and e.artifact == entry.artifact), None)
-    if entry.kind != "eval" or (away := gain(entry)) is None or compiled is None or compiled.model == entry.model:
+    if entry.kind != "eval" or gain(entry) is None or compiled is None or compiled.model == entry.model:
         return None
-    home = next((e for e in reversed(so_far) if e.kind == "eval" and e.artifact == entry.artifact
-                 and e.model == compiled.model and gain(e) is not None and measured_alike(e, entry, True)), None)
-    home_gain = gain(home) if home is not None else None
-    return away / home_gain if home_gain is not None and home_gain > 0 else None
+    homes = [e for e in reversed(so_far) if e.kind == "eval" and e.artifact == entry.artifact
+             and e.model == compiled.model and gain(e) is not None and measured_alike(e, entry, True, True)]
+    return next((e for e in homes if e.code_version == entry.code_version), homes[0] if homes else None)
+
+
+def share_kept(entry: LedgerEntry, home: LedgerEntry | None) -> float | None:
+    """An eval's gain as a share of its home eval's (`home_of`); None where there is none or it is no gain."""
+    away, home_gain = gain(entry), gain(home) if home is not None else None
+    return away / home_gain if away is not None and home_gain is not None and home_gain > 0 else None
 
 
 def latest(entries: list[LedgerEntry], like: LedgerEntry, kind: str,
@@ -99,8 +111,9 @@ def lineages(entries: list[LedgerEntry]) -> dict[str, list[Row]]:
         uncompiled = score_of_uncompiled(entry, so_far, entries) if chain else None
         root = chain[-1] if chain else UNCOMPILED
         edition = editions.get(root, 1)
+        home = home_of(entry, so_far)
         grouped.setdefault(root if edition == 1 else f"{root} #{edition}", []).append(
-            Row(entry, len(chain), score_of_parent(entry, so_far), uncompiled, share_kept(entry, so_far)))
+            Row(entry, len(chain), score_of_parent(entry, so_far), uncompiled, share_kept(entry, home), home))
     return grouped
 
 
@@ -140,7 +153,19 @@ def cells(row: Row) -> list[str]:
     return [str(row.generation), entry.kind, entry.artifact or UNCOMPILED, entry.model, entry.trainset,
             entry.optimizer or "-", questions_text(entry), score_text(entry.score_before), score_text(entry.score),
             score_text(row.delta_parent, signed=True), score_text(row.delta_uncompiled, signed=True),
-            interval_text(entry.gain_ci), "-" if row.kept is None else f"{row.kept:.0%}"]
+            interval_text(entry.gain_ci), kept_text(row)]
+
+
+# Under a table with a share marked so.
+OTHER_CODE_MARK = "*"
+OTHER_CODE_NOTE = (f"{OTHER_CODE_MARK} of a gain on the compile's model measured by other code (each gain is over "
+                   "the uncompiled program run by the same code as the artifact)")
+
+
+def kept_text(row: Row) -> str:
+    if row.kept is None:
+        return "-"
+    return f"{row.kept:.0%}{OTHER_CODE_MARK if row.kept_by_other_code else ''}"
 
 
 def questions_text(entry: LedgerEntry) -> str:

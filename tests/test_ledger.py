@@ -246,3 +246,22 @@ def test_an_eval_on_another_model_shows_the_share_of_the_gain_it_kept(config: Pa
     # +0.04 there of +0.10 at home; none on the home model, and none beside a home eval measured otherwise
     assert [row["kept"] for row in rows] == [None, None, pytest.approx(0.4), None]
     assert "40%" in history(config).stdout
+
+
+def test_a_share_kept_prefers_a_home_gain_of_the_same_code_and_marks_one_of_other_code(
+        config: Path, tmp_path: Path) -> None:
+    ledger = tmp_path / "artifacts" / LEDGER_FILE
+    for item in [entry(artifact="v1", score=0.50),
+                 entry(kind="eval", artifact="v1", score=0.50, score_before=0.40, code_version="old"),
+                 entry(kind="eval", artifact="v1", model=OTHER_MODEL, score=0.66, score_before=0.61,
+                       code_version="new"),
+                 entry(kind="eval", artifact="v1", score=0.45, score_before=0.40, code_version="new"),
+                 entry(kind="eval", artifact="v1", model=OTHER_MODEL, score=0.66, score_before=0.61,
+                       code_version="new")]:
+        append(ledger, item)
+    rows = json.loads(history(config, "--json").stdout)["lineages"][0]["rows"]
+    # +0.05 away: of +0.10 at home by the old code, then of +0.05 by its own code once there is one
+    assert [(row["kept"], row["kept_against_code"]) for row in rows[2::2]] == [
+        (pytest.approx(0.5), "old"), (pytest.approx(1.0), "new")]
+    shown = history(config).stdout
+    assert "50%*" in shown and "100%*" not in shown and "measured by other code" in shown
