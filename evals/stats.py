@@ -40,6 +40,23 @@ def gain_interval(before: Sequence[float], after: Sequence[float]) -> list[float
     return [round(bound, 4) for bound in paired_delta_ci(before, after)]
 
 
+def share_kept_ci(home_before: Sequence[float], home_after: Sequence[float], away_before: Sequence[float],
+                  away_after: Sequence[float]) -> tuple[float, float]:
+    """The interval of the share of a gain kept elsewhere: the mean gain away (after - before on another model) over
+    the mean gain at home, a resample drawing the same questions from all four runs. Wide where the home gain
+    is small, as the share is then little known."""
+    runs = [np.asarray(run, dtype=float) for run in (home_before, home_after, away_before, away_after)]
+    if len({len(run) for run in runs}) != 1:
+        raise ValueError("paired runs must score the same questions")
+    if not len(runs[0]):
+        raise ValueError("no values to resample")
+    home, away = runs[1] - runs[0], runs[3] - runs[2]
+    point = float(away.mean() / home.mean())
+    if np.allclose(away, home * point, rtol=0, atol=SAME_SCORE):  # every resample gives the one share
+        return point, point
+    return _bca(np.concatenate((home, away)), tuple(runs), _share_kept, paired=True)
+
+
 def verdict(low: float, high: float) -> str:
     """What a gain's interval says."""
     return "a gain" if low > 0 else "a loss" if high < 0 else "inside noise"
@@ -51,6 +68,11 @@ def _mean(values: np.ndarray, axis: int) -> np.ndarray:
 
 def _mean_gain(before: np.ndarray, after: np.ndarray, axis: int) -> np.ndarray:
     return np.mean(after - before, axis=axis)
+
+
+def _share_kept(home_before: np.ndarray, home_after: np.ndarray, away_before: np.ndarray, away_after: np.ndarray,
+                axis: int) -> np.ndarray:
+    return np.mean(away_after - away_before, axis=axis) / np.mean(home_after - home_before, axis=axis)
 
 
 def _bca(per_question: np.ndarray, data: tuple[Sequence[float], ...], statistic: Callable[..., np.ndarray],

@@ -18,6 +18,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from unittest.mock import patch
 import pytest
 
 from dspy_rag.config import Config, load_config
+from dspy_rag.evals.rows import Row
 from dspy_rag.index import Index
 from dspy_rag.trainsets import locations
 
@@ -460,3 +462,15 @@ def other(tmp_path: Path) -> Path:
     (folder / "other.yaml").write_text("name: other\ndescription: gaming\nquestions: qs.jsonl\n"
                                        "documents: [gaming.md]\nsplit: {field: split}\n")
     return folder / "other.yaml"
+
+
+def eval_row(set_name: str, column: str, question: str, f1: float) -> Row:
+    """An eval row whose answer scores `f1` on every answer measure, with fixed costs."""
+    return Row(set_name, column, question, "q?", "gold", "answer", f1, f1, f1, 1.0, 1.0, 5, 1000, 20.0, 18.0, 1, None)
+
+
+def results_folder(path: Path, rows: list[Row]) -> Path:
+    """An `eval --out` folder holding `rows`."""
+    path.mkdir()
+    (path / "rows.jsonl").write_text("".join(json.dumps(asdict(r)) + "\n" for r in rows), encoding="utf-8")
+    return path

@@ -1,24 +1,14 @@
 """Eval columns from separate results folders, paired by question: what each spends, and gains per set and over all
 sets."""
 
-import json
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from conftest import eval_row as row
+from conftest import results_folder as folder_with
 from dspy_rag.evals.paired_columns import column_rows, gains_table, main, paired, parting_table
-from dspy_rag.evals.rows import Row
-
-
-def row(set_name: str, column: str, question: str, f1: float) -> Row:
-    return Row(set_name, column, question, "q?", "gold", "answer", f1, f1, f1, 1.0, 1.0, 5, 1000, 20.0, 18.0, 1, None)
-
-
-def folder_with(path: Path, rows: list[Row]) -> Path:
-    path.mkdir()
-    (path / "rows.jsonl").write_text("".join(json.dumps(asdict(r)) + "\n" for r in rows), encoding="utf-8")
-    return path
 
 
 def test_questions_pair_by_set_and_id_whatever_order_each_eval_ran_them(tmp_path: Path) -> None:
