@@ -76,8 +76,8 @@ LOCAL_PREFIX = "local/"  # a model string naming a packaged model, run in-proces
 class LMConfig(Section):
     model: str = "local/qwen2.5-coder-0.5b"
     planner_model: str | None = Field(None, description="a model of its own for the deep program's planner, e.g. "
-                                      "local/qwen2.5-coder-1.5b; it shares lm.api_base and lm.api_key only when "
-                                      "its provider is the model's; empty: the model plans")
+                                      "local/qwen2.5-coder-1.5b; it gets lm.api_base and lm.api_key only where they "
+                                      "were set for a model of its provider; empty: the model plans")
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(512, ge=16, le=32768)
     api_base: HttpUrl | None = None
@@ -94,18 +94,19 @@ class LMConfig(Section):
 
     # lm.api_key and lm.api_base set for another provider's model than `model`, by (name, provider): a planner,
     # teacher or judge of that provider gets them (`for_model`), `model` never does.
-    _held: dict[tuple[str, str], Any] = PrivateAttr(default_factory=dict)
+    _held: dict[tuple[Literal["api_key", "api_base"], str], SecretStr | HttpUrl] = PrivateAttr(default_factory=dict)
 
     def for_model(self, model: str) -> "LMConfig":
-        """These settings for `model` in place of `model`: `api_key` and `api_base` each go only to a model of the
-        provider they were set for (`model`'s, or a held one's), and the rest are held, so that a key is never sent
-        to another provider and a planner of the key's provider still gets it."""
+        """These settings for `model` in place of `self.model`: `api_key` and `api_base` each go only to a model of
+        the provider they were set for (`self.model`'s, or a held one's), and the rest are held, so that a key is
+        never sent to another provider and a planner of the key's provider still gets it."""
         update: dict[str, Any] = {"model": model}
-        held: dict[tuple[str, str], Any] = {}
+        held: dict[tuple[Literal["api_key", "api_base"], str], SecretStr | HttpUrl] = {}
         if self.api_key is None and not self.api_base and not self._held:
             return self.model_copy(update=update)
         target = provider(model)
-        for name in ("api_key", "api_base"):
+        names: tuple[Literal["api_key", "api_base"], ...] = ("api_key", "api_base")
+        for name in names:
             kept = {**({(name, provider(self.model)): value} if (value := getattr(self, name)) else {}),
                     **{key: value for key, value in self._held.items() if key[0] == name}}
             update[name] = kept.pop((name, target), None)
@@ -114,15 +115,15 @@ class LMConfig(Section):
         scoped._held = held
         return scoped
 
-    @property
-    def keyed(self) -> bool:
-        """An lm.api_key is set, for `model` or held for another provider's model."""
-        return self.api_key is not None or any(name == "api_key" for name, _ in self._held)
+    def key_providers(self) -> list[str]:
+        """The providers an lm.api_key is set for: `model`'s, or held for another's."""
+        return ([provider(self.model)] if self.api_key is not None else []) + [
+            held for name, held in self._held if name == "api_key"]
 
     def held_secrets(self) -> list[str]:
         """The held keys, and the passwords in held bases: never to be printed."""
-        return [secret for (name, _), value in self._held.items()
-                if (secret := value.get_secret_value() if name == "api_key" else url_password(str(value)))]
+        return [secret for value in self._held.values()
+                if (secret := value.get_secret_value() if isinstance(value, SecretStr) else url_password(str(value)))]
 
     @property
     def embedded(self) -> bool:
@@ -374,7 +375,7 @@ def provider(model: str) -> str:
     """Who serves a model string: `local` for a packaged model, else LiteLLM's provider (`gpt-4o` and
     `openai/gpt-4o-mini`: openai); the string itself when LiteLLM cannot route it."""
     if model.startswith(LOCAL_PREFIX):
-        return LOCAL_PREFIX
+        return "local"
     import litellm
 
     litellm.suppress_debug_info = True  # its "Provider List" banner would land in a --json document
@@ -385,21 +386,27 @@ def provider(model: str) -> str:
 
 
 def _keyed_to_its_model(lm: LMConfig, layers: list[dict[str, Any]]) -> LMConfig:
-    """`lm` with a key or base set for another provider's model held back from its model: where a later layer
-    (file, environment, flags) set `lm.model` than the one that set `lm.api_key` or `lm.api_base`, it is the earlier
-    model's, and goes to the new model only when both have one provider, or the earlier model was a packaged one
-    (which takes neither); otherwise a planner of the earlier model's provider still gets it."""
+    """`lm` with a key or base set for another provider's model held back from its model. A key or base belongs to
+    the model in effect in the layer (defaults, file, environment, flags) that set it; where a later layer set
+    `lm.model`, it goes to the new model only when both have one provider, or its model was the packaged one (which
+    takes neither); otherwise it is held for a planner of its provider. A key whose base a later layer re-set beside
+    another model goes to neither: that base is another server than the one it was set for."""
     def layer_of(dotted: str) -> int:  # 0: the default
         return max((n + 1 for n, layer in enumerate(layers) if layer.get(dotted) is not None), default=0)
 
-    keyed = lm
-    for name in ("api_key", "api_base"):
-        at = layer_of(f"lm.{name}")
-        if not getattr(lm, name) or layer_of("lm.model") <= at:
-            continue
+    def owner_at(at: int) -> str:
         beneath = [layer["lm.model"] for layer in layers[:at] if layer.get("lm.model") is not None]
-        owner = str(beneath[-1]) if beneath else LMConfig.model_fields["model"].default
-        if not owner.startswith(LOCAL_PREFIX) and provider(owner) != provider(lm.model):
+        return str(beneath[-1]) if beneath else LMConfig.model_fields["model"].default
+
+    keyed = lm
+    key_at, base_at = layer_of("lm.api_key"), layer_of("lm.api_base")
+    for name, at in (("api_key", key_at), ("api_base", base_at)):
+        owner = owner_at(at)
+        if not getattr(lm, name) or layer_of("lm.model") <= at or owner.startswith(LOCAL_PREFIX):
+            continue
+        if name == "api_key" and base_at > key_at and owner_at(base_at) != owner:
+            keyed = keyed.model_copy(update={name: None})
+        elif provider(owner) != provider(lm.model):
             keyed = keyed.model_copy(update={name: None})
             keyed._held = {**keyed._held, (name, provider(owner)): getattr(lm, name)}
     return keyed

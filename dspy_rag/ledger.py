@@ -42,7 +42,8 @@ class LedgerEntry:
     reused: int = 0  # of the questions, those whose runs came from the run store, not run for this measurement
     gain_ci: list[float] | None = None  # 95% paired bootstrap interval of score - score_before, same questions
     time: str = ""  # ISO-8601 UTC, filled in by append when empty
-    # the run store's code version of the runs scored: scores of other code are not compared ("" before it was kept)
+    # the run store's code version of the runs scored: scores of other code are not compared, gains only where
+    # marked so ("" before it was kept)
     code_version: str = ""
     version: int = LEDGER_VERSION
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import dspy
 
-from dspy_rag.config import LOCAL_PREFIX, LMConfig, provider
+from dspy_rag.config import LOCAL_PREFIX, LMConfig
 from dspy_rag.errors import UserError
 from dspy_rag.files import cache_root, write_atomic
 
@@ -235,8 +235,9 @@ def loaded_beside(config: LMConfig, model: str) -> dspy.LM:
     try:
         return loaded(scoped)
     except UserError as error:
-        if scoped.api_key is None and config.keyed:
-            raise UserError(f"{error}; lm.api_key goes only to models of the provider it was set for") from error
+        if scoped.api_key is None and (keyed := config.key_providers()):
+            raise UserError(f"{error}; lm.api_key goes only to models of the provider it was set for "
+                            f"({', '.join(keyed)})") from error
         raise
 
 

@@ -102,6 +102,8 @@ def run_settings(config: Config) -> dict[str, Any]:
                                                      "context_window", "parallel_steps"})
     if planner := config.lm.separate_planner:
         lm["planner_model"] = planner
+        if (base := config.lm.for_model(planner).api_base) != config.lm.api_base:  # a base held for its provider
+            lm["planner_api_base"] = base
     web = config.web.model_dump(mode="json", include={"provider", "snapshot_path"})
     sections = ("embedding", "retrieval", "budgets", "guards", "roles", "tiers")
     return {"lm": lm, "web": web, **{s: getattr(config, s).model_dump(mode="json") for s in sections}}

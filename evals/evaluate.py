@@ -309,8 +309,8 @@ def progress_text(column: Column, run: StoredRun) -> str:
 
 def column_settings(config: Config, column: Column) -> Config:
     """A column's settings: its model's as `settings_for` scopes them (its planner's scoped again from those, so a
-    planner of lm.model's provider keeps lm.api_key beside another provider's column model), its guard or role
-    switched."""
+    planner of the provider lm.api_key was set for keeps it beside another provider's column model), its guard or
+    role switched."""
     from dspy_rag.models import settings_for
 
     scoped = settings_for(config.lm, column.model).model_copy(update={"planner_model": column.planner})

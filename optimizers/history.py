@@ -3,6 +3,9 @@
 A lineage is the chain artifact → parent → parent ... up to a root compiled from the uncompiled program.
 Each row is measured against its parent's own compile score and against the uncompiled program, but only
 where both scores were measured alike: on the same model, trainset, split, metric, number of questions and code.
+An eval on another model than its artifact's compile shows the share of the gain it kept there, against a gain
+on the compile's model by the same code where there is one (each gain is over the uncompiled program run by the
+same code as the artifact, so two gains compare across code, marked so).
 """
 
 import io
@@ -46,12 +49,13 @@ class Row:
     @property
     def kept_by_other_code(self) -> bool:
         """The gain `kept` divides by was measured by other code than this row's."""
-        return self.kept_against is not None and self.kept_against.code_version != self.entry.code_version
+        return (self.kept is not None and self.kept_against is not None
+                and self.kept_against.code_version != self.entry.code_version)
 
 
 def measured_alike(a: LedgerEntry, b: LedgerEntry, on_any_model: bool = False, by_any_code: bool = False) -> bool:
-    """Same model, data, split, metric, number of questions and code: a score on 1 question says nothing next to
-    8, and the same prompts run by other code are another program."""
+    """Same model, data, split, metric, number of questions and code (unless told otherwise): a score on 1
+    question says nothing next to 8, and the same prompts run by other code are another program."""
     return ((on_any_model or a.model == b.model) and (by_any_code or a.code_version == b.code_version)
             and (a.trainset, a.split, a.metric, a.questions) == (b.trainset, b.split, b.metric, b.questions))
 
@@ -65,11 +69,12 @@ def home_of(entry: LedgerEntry, so_far: list[LedgerEntry]) -> LedgerEntry | None
     """Transfer: for an eval with a gain on another model than its artifact was compiled on, the newest eval with
     a gain on that model, measured alike but for the model, by the same code where there is one, else by any. Each
     gain is over the uncompiled program run by the same code as the artifact, so two gains compare across code."""
-    compiled = next((e for e in reversed(so_far) if e.kind == "compile" and e.artifact == entry.artifact), None)
-    if entry.kind != "eval" or gain(entry) is None or compiled is None or compiled.model == entry.model:
+    at = next((n for n in range(len(so_far) - 1, -1, -1)
+               if so_far[n].kind == "compile" and so_far[n].artifact == entry.artifact), None)
+    if entry.kind != "eval" or gain(entry) is None or at is None or so_far[at].model == entry.model:
         return None
-    homes = [e for e in reversed(so_far) if e.kind == "eval" and e.artifact == entry.artifact
-             and e.model == compiled.model and gain(e) is not None and measured_alike(e, entry, True, True)]
+    homes = [e for e in reversed(so_far[at + 1:]) if e.kind == "eval" and e.artifact == entry.artifact  # this program's
+             and e.model == so_far[at].model and gain(e) is not None and measured_alike(e, entry, True, True)]
     return next((e for e in homes if e.code_version == entry.code_version), homes[0] if homes else None)
 
 
@@ -112,8 +117,10 @@ def lineages(entries: list[LedgerEntry]) -> dict[str, list[Row]]:
         root = chain[-1] if chain else UNCOMPILED
         edition = editions.get(root, 1)
         home = home_of(entry, so_far)
+        kept = share_kept(entry, home)
         grouped.setdefault(root if edition == 1 else f"{root} #{edition}", []).append(
-            Row(entry, len(chain), score_of_parent(entry, so_far), uncompiled, share_kept(entry, home), home))
+            Row(entry, len(chain), score_of_parent(entry, so_far), uncompiled, kept,
+                home if kept is not None else None))
     return grouped
 
 
@@ -163,6 +170,7 @@ OTHER_CODE_NOTE = (f"{OTHER_CODE_MARK} of a gain on the compile's model measured
 
 
 def kept_text(row: Row) -> str:
+    """The share kept, marked where its home gain was measured by other code."""
     if row.kept is None:
         return "-"
     return f"{row.kept:.0%}{OTHER_CODE_MARK if row.kept_by_other_code else ''}"

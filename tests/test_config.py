@@ -164,7 +164,7 @@ def test_a_model_flag_of_another_provider_gets_neither_the_key_nor_the_base() ->
     Path("dspy-rag.yaml").write_text("lm:\n  model: openai/gpt-4o-mini\n  api_key: sk-held-for-openai\n"
                                      "  planner_model: openai/gpt-4o\n")
     local = config_of(None, **{"lm.model": "local/qwen2.5-coder-1.5b"}).lm  # held for a model of its provider
-    assert local.api_key is None and local.keyed
+    assert local.api_key is None and local.key_providers() == ["openai"]
     assert redact("sent sk-held-for-openai") == "sent ***"  # held, yet never printed
     planner = settings_for(local, "openai/gpt-4o")
     assert planner.api_key is not None and planner.api_key.get_secret_value() == "sk-held-for-openai"
@@ -173,3 +173,34 @@ def test_a_model_flag_of_another_provider_gets_neither_the_key_nor_the_base() ->
     Path("dspy-rag.yaml").write_text("lm:\n  api_key: sk-secret\n")  # beside the packaged model: the flag's key
     keyed = config_of(None, **{"lm.model": "anthropic/claude-3-5-haiku-latest"}).lm
     assert keyed.api_key is not None and keyed.api_key.get_secret_value() == "sk-secret"
+
+
+def test_a_held_key_and_base_go_together_to_a_planner_of_their_provider_only() -> None:
+    from dspy_rag.cli.options import config_of
+    from dspy_rag.models import settings_for
+
+    Path("dspy-rag.yaml").write_text("lm:\n  model: openai/gpt-4o-mini\n  api_key: sk-secret\n"
+                                     "  api_base: http://user:pw-in-base@127.0.0.1:9/v1\n")
+    local = config_of(None, **{"lm.model": "local/qwen2.5-coder-1.5b"}).lm
+    planner = settings_for(local, "openai/gpt-4o")
+    assert (planner.api_base, planner.api_key is not None) == ("http://user:pw-in-base@127.0.0.1:9/v1", True)
+    other = settings_for(local, "anthropic/claude-3-5-haiku-latest")
+    assert (other.api_base, other.api_key) == (None, None)
+    assert redact("at pw-in-base") == "at ***"  # a held base's password is never printed either
+
+
+def test_a_key_goes_to_no_base_set_later_beside_another_model() -> None:
+    from dspy_rag.cli.options import config_of
+    from dspy_rag.models import settings_for
+
+    Path("dspy-rag.yaml").write_text("lm:\n  model: openai/gpt-4o-mini\n  api_key: sk-for-openai\n")
+    served = {"DSPY_RAG_LM_MODEL": "openai/qwen", "DSPY_RAG_LM_API_BASE": "http://127.0.0.1:9/v1"}
+    vllm = load_config(environ=served).lm  # the key was set for OpenAI's server, not this one
+    assert (vllm.api_key, vllm.api_base) == (None, "http://127.0.0.1:9/v1")
+    planner = settings_for(load_config(overrides={"lm.model": "local/qwen2.5-coder-1.5b"}, environ=served).lm,
+                           "openai/gpt-4o")
+    assert (planner.api_key, planner.api_base) == (None, "http://127.0.0.1:9/v1")  # never the pair of two models
+    proxied = load_config(environ={"DSPY_RAG_LM_API_BASE": "http://127.0.0.1:9/v1"}).lm  # its own model's server
+    assert proxied.api_key is not None and proxied.api_base == "http://127.0.0.1:9/v1"
+    assert config_of(None, **{"lm.model": "openai/gpt-4o"}).lm.api_key is not None
+

@@ -265,3 +265,33 @@ def test_a_share_kept_prefers_a_home_gain_of_the_same_code_and_marks_one_of_othe
         (pytest.approx(0.5), "old"), (pytest.approx(1.0), "new")]
     shown = history(config).stdout
     assert "50%*" in shown and "100%*" not in shown and "measured by other code" in shown
+
+
+def test_a_share_kept_is_against_a_newer_home_gain_of_other_code_only_where_none_is_of_the_same(
+        config: Path, tmp_path: Path) -> None:
+    ledger = tmp_path / "artifacts" / LEDGER_FILE
+    for item in [entry(artifact="v1", score=0.50),
+                 entry(kind="eval", artifact="v1", score=0.45, score_before=0.40, code_version="new"),
+                 entry(kind="eval", artifact="v1", score=0.50, score_before=0.40, code_version="old"),
+                 entry(kind="eval", artifact="v1", model=OTHER_MODEL, score=0.66, score_before=0.61,
+                       code_version="new")]:
+        append(ledger, item)
+    rows = json.loads(history(config, "--json").stdout)["lineages"][0]["rows"]
+    assert (rows[3]["kept"], rows[3]["kept_against_code"]) == (pytest.approx(1.0), "new")
+    assert "measured by other code" not in history(config).stdout
+
+
+def test_no_share_and_no_mark_where_the_home_gain_is_none_or_of_an_earlier_program(
+        config: Path, tmp_path: Path) -> None:
+    ledger = tmp_path / "artifacts" / LEDGER_FILE
+    for item in [entry(artifact="v1", score=0.50),
+                 entry(kind="eval", artifact="v1", score=0.50, score_before=0.40, code_version="old"),
+                 entry(artifact="v1", score=0.60),  # compiled again: another program
+                 entry(kind="eval", artifact="v1", model=OTHER_MODEL, score=0.66, score_before=0.61, code_version="new"),
+                 entry(kind="eval", artifact="v1", score=0.40, score_before=0.40, code_version="old"),
+                 entry(kind="eval", artifact="v1", model=OTHER_MODEL, score=0.66, score_before=0.61, code_version="new")]:
+        append(ledger, item)
+    rows = json.loads(history(config, "--json").stdout)["lineages"][1]["rows"]
+    assert [(row["kept"], row["kept_against_code"]) for row in rows[1:]] == [(None, None)] * 3
+    assert "measured by other code" not in history(config).stdout
+

@@ -121,10 +121,15 @@ def test_a_withheld_key_is_named_in_the_error(monkeypatch: pytest.MonkeyPatch) -
     from dspy_rag import models
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     lm = scratch_config(Path("/nonexistent"), **{"lm.api_key": "sk-secret"}).lm  # the local model's
     with pytest.raises(UserError, match=r"needs OPENAI_API_KEY.*lm.api_key goes only to models of the provider it "
-                                        r"was set for"):
+                                        r"was set for \(local\)"):
         models.loaded_beside(lm, "openai/gpt-4o-mini")
+    held = scratch_config(Path("/nonexistent"), **{"lm.model": "openai/gpt-4o-mini", "lm.api_key": "sk-secret"}
+                          ).lm.for_model("local/qwen2.5-coder-0.5b")  # OpenAI's key, held beside a local model
+    with pytest.raises(UserError, match=r"needs ANTHROPIC_API_KEY.*set for \(openai\)"):
+        models.loaded_beside(held, "anthropic/claude-3-5-haiku-latest")
 
 
 def test_an_unknown_planner_model_names_the_setting() -> None:
@@ -167,6 +172,14 @@ def test_the_run_store_keys_runs_by_the_planner_model() -> None:
     assert run_settings(with_planner(config, "local/qwen2.5-coder-1.5b")) != alone
     assert run_settings(with_planner(config, "local/qwen2.5-coder-1.5b")) != run_settings(
         with_planner(config, "openai/gpt-4o-mini"))
+
+    def planned_on(base: str) -> dict[str, Any]:
+        served = scratch_config(Path("/nonexistent"), **{"lm.model": "openai/qwen", "lm.api_base": base,
+                                                          "lm.planner_model": "openai/qwen-7b"})
+        local = served.lm.for_model("local/qwen2.5-coder-0.5b")  # its base held for the planner's provider
+        return run_settings(served.model_copy(update={"lm": local}))
+
+    assert planned_on("http://127.0.0.1:8001/v1") != planned_on("http://127.0.0.1:8002/v1")  # the planner's server
 
 
 def test_eval_runs_the_deep_program_once_per_planner_model_and_names_it() -> None:
