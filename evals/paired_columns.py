@@ -51,13 +51,13 @@ def gains_table(pairs: list[tuple[Row, Row]]) -> str:
         before, after = summary(first, DEFAULT_WEIGHTS, None), summary(second, DEFAULT_WEIGHTS, first)
         scores = [(weighted(a, DEFAULT_WEIGHTS), weighted(b, DEFAULT_WEIGHTS)) for a, b in chosen]
         up, down = sum(b > a for a, b in scores), sum(b < a for a, b in scores)
-        # the gains from unrounded means: the summary's are rounded to 4 places, and printing them to 3 rounds twice
-        score_gain = statistics.fmean(b for _, b in scores) - statistics.fmean(a for a, _ in scores)
-        f1_gain = statistics.fmean(b.f1 for b in second) - statistics.fmean(a.f1 for a in first)
+        # means and gains unrounded: the summary's are rounded to 4 places, and printing them to 3 rounds twice
+        score_before, score_after = statistics.fmean(a for a, _ in scores), statistics.fmean(b for _, b in scores)
+        f1_before, f1_after = statistics.fmean(a.f1 for a in first), statistics.fmean(b.f1 for b in second)
         lines.append(
-            f"| {name} | {len(chosen)} | {before['score']:.3f} → {after['score']:.3f} | "
-            f"{score_gain:+.3f} {after['delta_ci']} | {before['f1']:.3f} → {after['f1']:.3f} | "
-            f"{f1_gain:+.3f} {after['f1_delta_ci']} | {up} / {down} | "
+            f"| {name} | {len(chosen)} | {score_before:.3f} → {score_after:.3f} | "
+            f"{score_after - score_before:+.3f} {after['delta_ci']} | {f1_before:.3f} → {f1_after:.3f} | "
+            f"{f1_after - f1_before:+.3f} {after['f1_delta_ci']} | {up} / {down} | "
             f"{before['mean_steps']:.2f} → {after['mean_steps']:.2f} | "
             f"{before['median_tokens']:,.0f} → {after['median_tokens']:,.0f} |")
     return "\n".join(lines) + "\n"
@@ -96,8 +96,9 @@ def costs_table(columns: dict[str, list[Row]]) -> str:
     first_calls = statistics.fmean(r.lm_calls for r in next(iter(columns.values()))) or 1  # a column of no calls
     for label, rows in columns.items():
         made, calls = summary(rows, DEFAULT_WEIGHTS, None), statistics.fmean(r.lm_calls for r in rows)
-        lines.append(f"| {label} | {len(rows)} | {made['f1']:.3f} {interval_text([r.f1 for r in rows])} | "
-                     f"{made['score']:.3f} | {made['mean_steps']:.2f} | {calls:.2f} | "
+        f1, score = statistics.fmean(r.f1 for r in rows), statistics.fmean(weighted(r, DEFAULT_WEIGHTS) for r in rows)
+        lines.append(f"| {label} | {len(rows)} | {f1:.3f} {interval_text([r.f1 for r in rows])} | "
+                     f"{score:.3f} | {made['mean_steps']:.2f} | {calls:.2f} | "
                      f"{calls / first_calls - 1:+.1%} | {made['mean_tokens']:,} | {made['median_seconds']:.1f} |")
     return "\n".join(lines) + "\n"
 
