@@ -14,10 +14,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from dspy_rag.evals.evaluate import interval_text
 from dspy_rag.evals.paired_columns import ALL, column_rows, paired
 from dspy_rag.evals.research_metric import DEFAULT_WEIGHTS
 from dspy_rag.evals.rows import Row, weighted
-from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, paired_delta_ci, share_kept_ci
+from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, share_kept_ci
 
 # The runs of one question: the uncompiled program and the artifact at home, then away.
 Quartet = tuple[Row, Row, Row, Row]
@@ -26,11 +27,7 @@ MEASURES: dict[str, Callable[[Row], float]] = {"score": lambda row: weighted(row
 
 
 def gain_text(before: list[float], after: list[float]) -> str:
-    gain = statistics.fmean(after) - statistics.fmean(before)
-    if len(before) < MIN_QUESTIONS_FOR_AN_INTERVAL:
-        return f"{gain:+.3f}"
-    low, high = paired_delta_ci(before, after)
-    return f"{gain:+.3f} [{low:+.3f}, {high:+.3f}]"
+    return f"{statistics.fmean(after) - statistics.fmean(before):+.3f} {interval_text(after, before)}"
 
 
 def share_text(runs: list[list[float]]) -> str:
