@@ -11,12 +11,15 @@ mid-run loses only the run in flight; past `runs.max_mb` the least recently used
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import importlib.util
 import json
 import os
+import re
 import sqlite3
 import time
+import zlib
 from dataclasses import asdict, dataclass, is_dataclass
 from functools import cache
 from pathlib import Path
@@ -24,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from dspy_rag import paths
 from dspy_rag.config import Config
-from dspy_rag.files import cache_root
+from dspy_rag.errors import UserError
+from dspy_rag.files import cache_root, write_atomic
 
 if TYPE_CHECKING:
     import dspy
@@ -43,6 +47,10 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS runs (
     question_id TEXT NOT NULL, payload TEXT NOT NULL, bytes INTEGER NOT NULL, created REAL NOT NULL,
     used REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS runs_used ON runs (used);"""
+# A file of runs carried to another store (`dspy-rag runs export|import`): this header line, then a run a line.
+EXPORT_HEADER = {"format": "dspy-rag runs", "version": 1}
+EXPORTED = ("key", "kind", "set_name", "model", "program", "question_id", "payload")
+RUN_KEY = re.compile(r"[0-9a-f]{64}")
 
 
 def code_files() -> list[Path]:
@@ -223,3 +231,65 @@ class RunStore:
         return {"path": str(self.path), "runs": sum(g[4] for g in groups), "payload_bytes": self.size,
                 "file_bytes": sum(f.stat().st_size for f in self.path.parent.glob(f"{self.path.name}*")),
                 "max_bytes": self.max_bytes, "groups": [dict(zip(names, g, strict=True)) for g in groups]}
+
+    def export(self, path: Path, filters: dict[str, str]) -> int:
+        """Write the runs whose columns equal `filters` (set_name, model, program, kind) to `path`, gzipped JSON
+        lines under `EXPORT_HEADER`, written whole or not at all; how many."""
+        where = " AND ".join(f"{column} = ?" for column in filters) or "1"
+        found = self.db.execute(f"SELECT {', '.join(EXPORTED)} FROM runs WHERE {where} ORDER BY created",
+                                tuple(filters.values())).fetchall()
+        lines = [EXPORT_HEADER, *(dict(zip(EXPORTED, run, strict=True)) for run in found)]
+        write_atomic(path, gzip.compress("".join(json.dumps(line) + "\n" for line in lines).encode()))
+        return len(found)
+
+    def import_from(self, path: Path) -> tuple[int, int]:
+        """Add the runs of an exported file, all or none: (added, already here). A run already here is kept as it
+        is (the same key is the same run). A file that is not an export is refused before anything is added."""
+        runs = read_export(path)
+        now, added = time.time(), 0
+        self.db.execute("BEGIN")
+        try:
+            for run in runs:
+                cursor = self.db.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                         (*(run[c] for c in EXPORTED), len(run["payload"].encode()), now, now))
+                added += cursor.rowcount
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.size = self.payload_bytes()
+        self.prune(self.max_bytes)
+        return added, len(runs) - added
+
+
+def read_export(path: Path) -> list[dict[str, str]]:
+    """The runs of a file `RunStore.export` wrote (gzipped or not), each checked; a UserError for any other."""
+    try:
+        data = path.read_bytes()
+        text = (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode()
+        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError) as error:
+        raise UserError(f"cannot read runs from {paths.shown(path)} ({type(error).__name__}: {error}); "
+                        "give a file `dspy-rag runs export` wrote") from None
+    if not lines or lines[0] != EXPORT_HEADER:
+        raise UserError(f"{paths.shown(path)} is not a file of runs `dspy-rag runs export` wrote "
+                        f"(its first line is not {json.dumps(EXPORT_HEADER)})")
+    for number, run in enumerate(lines[1:], start=2):
+        if problem := export_problem(run):
+            raise UserError(f"{paths.shown(path)} line {number}: {problem}; nothing was imported")
+    return lines[1:]
+
+
+def export_problem(run: Any) -> str | None:
+    """Why one exported line is not a run the store can hold, or None."""
+    if not isinstance(run, dict) or set(run) != set(EXPORTED):
+        return f"a run has exactly the fields {', '.join(EXPORTED)}"
+    if not all(isinstance(run[column], str) for column in EXPORTED):
+        return "every field of a run is text"
+    if not RUN_KEY.fullmatch(run["key"]):
+        return "a run's key is 64 hex digits"
+    try:
+        payload = json.loads(run["payload"])
+    except ValueError:
+        return "a run's payload is JSON text"
+    return None if isinstance(payload, dict) else "a run's payload is a JSON object"

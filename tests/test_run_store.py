@@ -3,6 +3,7 @@ prompt, demo, model, guard, setting or code version is a miss; the same run is a
 to the cap, `dspy-rag runs list|prune`, eval and compile reporting the runs they reused, and an eval killed
 mid-run resuming from the store."""
 
+import gzip
 import json
 import signal
 import sqlite3
@@ -184,6 +185,66 @@ def test_runs_list_counts_by_set_model_and_program_and_prune_empties(tmp_path: P
     pruned = invoke("runs", "prune", "--to", "0", "--json")
     assert pruned.returncode == 0 and json.loads(pruned.stdout)["dropped"] == 3
     assert json.loads(invoke("runs", "list", "--json").stdout)["runs"] == 0
+
+
+def test_runs_exported_and_imported_on_another_store_are_hits_there(trainset: Path, settings: Config,
+                                                                    tmp_path: Path) -> None:
+    tiny = load_trainset(str(trainset))
+    question = tiny.questions("dev")[0]
+    lm = DummyLM(REPLIES, adapter=dspy.JSONAdapter())
+    with RunStore(tmp_path / "here.sqlite", 2**20) as store, dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+        made = answer_runs(settings, tiny, store).run(
+            build_program("deep", settings, tiny.index(settings), None), "deep", question)
+        fill(store, 2)  # another model's runs, left out by the filter
+        assert store.export(tmp_path / "runs.jsonl.gz", {"model": settings.lm.model, "set_name": tiny.name}) == 1
+    with RunStore(tmp_path / "there.sqlite", 2**20) as there:
+        assert there.import_from(tmp_path / "runs.jsonl.gz") == (1, 0)
+        found = answer_runs(settings, tiny, there).stored("deep", question)
+        assert found is not None and found.row.f1 == made.row.f1 and found.trajectory == made.trajectory
+        assert there.import_from(tmp_path / "runs.jsonl.gz") == (0, 1)  # the same run again adds nothing
+        assert there.summary()["runs"] == 1
+
+
+def exported_lines(*lines: Any) -> bytes:
+    return gzip.compress("".join(json.dumps(line) + "\n" for line in lines).encode())
+
+
+RUN = {"key": "a" * 64, "kind": "answer", "set_name": "tiny", "model": "m", "program": "deep", "question_id": "q",
+       "payload": json.dumps({"row": {}})}
+
+
+@pytest.mark.parametrize(("data", "needle"), [
+    (b"\x1f\x8b\x08 cut short", "cannot read runs"),
+    (b"PK\x03\x04 a zip", "cannot read runs"),
+    (json.dumps({"runs": []}).encode(), "is not a file of runs"),
+    (exported_lines(run_store.EXPORT_HEADER, {**RUN, "key": "../../x"}), "line 2: a run's key is 64 hex digits"),
+    (exported_lines(run_store.EXPORT_HEADER, RUN, {**RUN, "payload": "[1]"}), "line 3: a run's payload is a JSON"),
+    (exported_lines(run_store.EXPORT_HEADER, {**RUN, "extra": 1}), "exactly the fields"),
+])
+def test_a_file_that_is_not_an_export_is_refused_and_adds_nothing(tmp_path: Path, data: bytes,
+                                                                   needle: str) -> None:
+    with RunStore(run_store.store_path(), 2**20) as store:
+        fill(store, 2)
+    (tmp_path / "given").write_bytes(data)
+    assert_one_line_error(invoke("runs", "import", str(tmp_path / "given")), needle)
+    assert json.loads(invoke("runs", "list", "--json").stdout)["runs"] == 2
+
+
+def test_runs_export_and_import_carry_a_programs_runs_between_stores(tmp_path: Path) -> None:
+    with RunStore(run_store.store_path(), 2**20) as store:
+        keys = fill(store, 3)
+    exported = invoke("runs", "export", str(tmp_path / "out" / "runs.gz"), "--program", "deep", "--json")
+    assert exported.returncode == 0, exported.stderr
+    assert json.loads(exported.stdout)["exported"] == 3
+    assert invoke("runs", "export", str(tmp_path / "none.gz"), "--model", "other").stdout.startswith("exported 0")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DSPY_RAG_RUNS", str(tmp_path / "elsewhere.sqlite"))
+        imported = invoke("runs", "import", str(tmp_path / "out" / "runs.gz"))
+        assert imported.returncode == 0 and "imported 3 runs (0 already stored)" in imported.stdout
+    with RunStore(tmp_path / "elsewhere.sqlite", 2**20) as elsewhere:
+        assert all(elsewhere.get(key) == {"text": "x" * 1000} for key in keys)
+    assert_one_line_error(invoke("runs", "export", str(tmp_path)), "is a folder")
+    assert_one_line_error(invoke("runs", "import", str(tmp_path / "missing.gz")), "cannot read runs")
 
 
 @pytest.fixture()

@@ -1,6 +1,8 @@
-"""`dspy-rag runs list|prune`: the run store (dspy_rag.run_store) that eval, compile and distill-policy share."""
+"""`dspy-rag runs list|prune|export|import`: the run store (dspy_rag.run_store) that eval, compile and
+distill-policy share."""
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -9,10 +11,12 @@ from rich.table import Table
 
 from dspy_rag.cli.console import out, print_whole
 from dspy_rag.cli.options import ConfigOption, JsonOption, config_of, print_json
+from dspy_rag import paths
 from dspy_rag.run_store import RunStore
 
 runs_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                       help="The stored program runs that eval, compile and distill-policy reuse: list, prune.")
+                       help="The stored program runs that eval, compile and distill-policy reuse: list, prune, "
+                       "carry to another machine.")
 
 
 def size_text(size: int) -> str:
@@ -62,3 +66,40 @@ def prune_runs(
         return
     out.print(f"dropped {dropped} runs")
     print_summary(summary)
+
+
+@runs_app.command("export")
+def export_runs(
+    file: Annotated[Path, typer.Argument(help="The file to write (gzipped JSON lines)")],
+    set_name: Annotated[str | None, typer.Option("--set", help="Only the runs on this set")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Only the runs of this model")] = None,
+    program: Annotated[str | None, typer.Option("--program", help="Only the runs of this program, as `runs list` "
+                                                "shows it (an eval column's label)")] = None,
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Write stored runs to a file that `runs import` adds to another machine's store, so an eval or compile
+    there reuses them."""
+    chosen = {"set_name": set_name, "model": model, "program": program}
+    target = paths.output_file(file, "the export file")
+    with RunStore.of(config_of(config)) as store:
+        count = store.export(target, {column: value for column, value in chosen.items() if value is not None})
+    if as_json:
+        print_json({"exported": count, "file": str(target)})
+        return
+    out.print(f"exported {count} runs to {target}")
+
+
+@runs_app.command("import")
+def import_runs(
+    file: Annotated[Path, typer.Argument(help="A file `dspy-rag runs export` wrote")],
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Add the runs of an exported file to the store; a run already stored is kept as it is."""
+    with RunStore.of(config_of(config)) as store:
+        added, present = store.import_from(paths.named(file, "the import file"))
+    if as_json:
+        print_json({"imported": added, "already_stored": present})
+        return
+    out.print(f"imported {added} runs ({present} already stored)")
