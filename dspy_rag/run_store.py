@@ -14,12 +14,14 @@ from __future__ import annotations
 import gzip
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import re
 import sqlite3
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, is_dataclass
 from functools import cache
 from pathlib import Path
@@ -50,6 +52,8 @@ CREATE INDEX IF NOT EXISTS runs_used ON runs (used);"""
 # A file of runs carried to another store (`dspy-rag runs export|import`): this header line, then a run a line.
 EXPORT_HEADER = {"format": "dspy-rag runs", "version": 1}
 EXPORTED = ("key", "kind", "set_name", "model", "program", "question_id", "payload")
+FILTERS = ("kind", "set_name", "model", "program")  # the columns an export can be limited by
+GZIP_MAGIC = b"\x1f\x8b"
 RUN_KEY = re.compile(r"[0-9a-f]{64}")
 
 
@@ -235,61 +239,103 @@ class RunStore:
     def export(self, path: Path, filters: dict[str, str]) -> int:
         """Write the runs whose columns equal `filters` (set_name, model, program, kind) to `path`, gzipped JSON
         lines under `EXPORT_HEADER`, written whole or not at all; how many."""
+        assert set(filters) <= set(FILTERS), filters
+        if path.resolve() in {self.path.resolve().with_name(self.path.name + end) for end in ("", "-wal", "-shm")}:
+            raise UserError(f"{paths.shown(path)} is the run store itself; export to another file")
         where = " AND ".join(f"{column} = ?" for column in filters) or "1"
-        found = self.db.execute(f"SELECT {', '.join(EXPORTED)} FROM runs WHERE {where} ORDER BY created",
-                                tuple(filters.values())).fetchall()
-        lines = [EXPORT_HEADER, *(dict(zip(EXPORTED, run, strict=True)) for run in found)]
-        write_atomic(path, gzip.compress("".join(json.dumps(line) + "\n" for line in lines).encode()))
-        return len(found)
+        buffer, count = io.BytesIO(), 0
+        with gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=6) as packed:  # compressed as it is read
+            packed.write(json_line(EXPORT_HEADER))
+            for run in self.db.execute(f"SELECT {', '.join(EXPORTED)} FROM runs WHERE {where} ORDER BY created",
+                                       tuple(filters.values())):
+                packed.write(json_line(dict(zip(EXPORTED, run, strict=True))))
+                count += 1
+        write_atomic(path, buffer.getvalue())
+        return count
 
-    def import_from(self, path: Path) -> tuple[int, int]:
-        """Add the runs of an exported file, all or none: (added, already here). A run already here is kept as it
-        is (the same key is the same run). A file that is not an export is refused before anything is added."""
-        runs = read_export(path)
-        now, added = time.time(), 0
-        self.db.execute("BEGIN")
+    def import_from(self, path: Path) -> tuple[int, int, int]:
+        """Add the runs of an exported file, all or none: (added, already here, dropped by pruning to the cap).
+        A run already here is kept as it is (the same key is the same run). A file that is not an export, or whose
+        new runs would not fit in the store's cap, is refused before anything is added."""
+        room = int(self.max_bytes * PRUNED_SHARE)
+        added = present = added_bytes = 0
+        now = time.time()
+        self.db.execute("BEGIN IMMEDIATE")  # the write lock now, not midway
         try:
-            for run in runs:
-                cursor = self.db.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                         (*(run[c] for c in EXPORTED), len(run["payload"].encode()), now, now))
-                added += cursor.rowcount
+            for run in read_export(path, room):
+                size = len(run["payload"].encode())
+                inserted = self.db.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                           (*(run[c] for c in EXPORTED), size, now, now)).rowcount
+                added, present, added_bytes = added + inserted, present + 1 - inserted, added_bytes + size * inserted
+                if added_bytes > room:
+                    raise UserError(f"the new runs in {paths.shown(path)} take over {room / 2**20:.1f} MB, more than "
+                                    "the run store keeps; raise runs.max_mb, or export fewer (--set, --model, "
+                                    "--program)")
             self.db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            if self.db.in_transaction:  # SQLite ends it itself on some errors (a full disk)
+                self.db.execute("ROLLBACK")
             raise
         self.size = self.payload_bytes()
-        self.prune(self.max_bytes)
-        return added, len(runs) - added
+        return added, present, self.prune(self.max_bytes)
 
 
-def read_export(path: Path) -> list[dict[str, str]]:
-    """The runs of a file `RunStore.export` wrote (gzipped or not), each checked; a UserError for any other."""
+def json_line(value: Any) -> bytes:
+    return (json.dumps(value) + "\n").encode()
+
+
+def read_export(path: Path, max_line: int) -> Iterator[dict[str, str]]:
+    """The runs of a file `RunStore.export` wrote (gzipped or not), each checked as it is read, none longer
+    than `max_line` bytes; a UserError at the first line that is not one."""
+    if not path.is_file():
+        raise UserError(f"{paths.shown(path)} is not a file; give a file `dspy-rag runs export` wrote")
     try:
-        data = path.read_bytes()
-        text = (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode()
-        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError) as error:
-        raise UserError(f"cannot read runs from {paths.shown(path)} ({type(error).__name__}: {error}); "
+        with path.open("rb") as raw:
+            gzipped = raw.read(2) == GZIP_MAGIC
+        with gzip.open(path, "rb") if gzipped else path.open("rb") as handle:
+            header = parsed(handle.readline(max_line + 1))
+            if not isinstance(header, dict) or header.get("format") != EXPORT_HEADER["format"]:
+                raise UserError(f"{paths.shown(path)} is not a file of runs `dspy-rag runs export` wrote "
+                                f"(its first line is not {json.dumps(EXPORT_HEADER)})")
+            if header != EXPORT_HEADER or type(header["version"]) is not int:
+                raise UserError(f"{paths.shown(path)} holds runs in format version {header.get('version')!r}; this "
+                                f"dspy-rag reads version {EXPORT_HEADER['version']}: import it with the dspy-rag "
+                                "that exported it")
+            for number, line in enumerate(iter(lambda: handle.readline(max_line + 1), b""), start=2):
+                whole = len(line) <= max_line
+                run = parsed(line) if whole else None
+                if problem := export_problem(run) if whole else f"over {max_line} bytes, more than the store keeps":
+                    raise UserError(f"{paths.shown(path)} line {number}: {problem}; nothing was imported")
+                yield run
+    except (OSError, EOFError, zlib.error) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise UserError(f"cannot read runs from {paths.shown(path)} ({type(error).__name__}: {reason}); "
                         "give a file `dspy-rag runs export` wrote") from None
-    if not lines or lines[0] != EXPORT_HEADER:
-        raise UserError(f"{paths.shown(path)} is not a file of runs `dspy-rag runs export` wrote "
-                        f"(its first line is not {json.dumps(EXPORT_HEADER)})")
-    for number, run in enumerate(lines[1:], start=2):
-        if problem := export_problem(run):
-            raise UserError(f"{paths.shown(path)} line {number}: {problem}; nothing was imported")
-    return lines[1:]
+
+
+def parsed(line: bytes) -> Any:
+    """A line's JSON, or None where it is not JSON (or nests too deep to read)."""
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):
+        return None
 
 
 def export_problem(run: Any) -> str | None:
     """Why one exported line is not a run the store can hold, or None."""
     if not isinstance(run, dict) or set(run) != set(EXPORTED):
-        return f"a run has exactly the fields {', '.join(EXPORTED)}"
-    if not all(isinstance(run[column], str) for column in EXPORTED):
-        return "every field of a run is text"
+        return f"a run is a JSON object with exactly the fields {', '.join(EXPORTED)}"
+    if not all(isinstance(run[column], str) and utf8(run[column]) for column in EXPORTED):
+        return "every field of a run is UTF-8 text"
     if not RUN_KEY.fullmatch(run["key"]):
         return "a run's key is 64 hex digits"
+    return None if isinstance(parsed(run["payload"].encode()), dict) else "a run's payload is a JSON object"
+
+
+def utf8(text: str) -> bool:
+    """Whether `text` can be stored: JSON may escape half a surrogate pair, which UTF-8 cannot hold."""
     try:
-        payload = json.loads(run["payload"])
-    except ValueError:
-        return "a run's payload is JSON text"
-    return None if isinstance(payload, dict) else "a run's payload is a JSON object"
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

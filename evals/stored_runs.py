@@ -38,13 +38,17 @@ class AnswerRuns:
         return self.context.key(ANSWER, question.question, gold if self.take == 1 else [*gold, {"take": self.take}])
 
     def stored(self, label: str, question: Question) -> StoredRun | None:
-        """The run made before, under this set's name, label and question id; None when there is none, or when
-        it lacks the inputs its ragas scores are computed from."""
+        """The run made before, under this set's name, label and question id; None when there is none, when it
+        lacks the inputs its ragas scores are computed from, or when it is not a run this code stores."""
         found = self.store.get(self.key(question))
-        if found is None or not found["row"].get("ragas_inputs"):
+        stored = found.get("row") if isinstance(found, dict) else None
+        if not isinstance(stored, dict) or not stored.get("ragas_inputs"):
             return None
-        row = Row(**{**found["row"], "set": self.context.set_name, "pipeline": label, "id": question.id})
-        return StoredRun(row, found["trajectory"], reused=True)
+        try:
+            row = Row(**{**stored, "set": self.context.set_name, "pipeline": label, "id": question.id})
+        except TypeError:  # not a row this code writes (an imported file's): the question is run again
+            return None
+        return StoredRun(row, found.get("trajectory"), reused=True)
 
     def run(self, program: dspy.Module, label: str, question: Question) -> StoredRun:
         """Run the program on the question now, and store the run before returning it."""

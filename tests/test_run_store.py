@@ -22,6 +22,7 @@ from conftest import (CALLS_PER_RUN, REPLIES, FakeLM, assert_one_line_error, inv
 from dspy_rag import models, run_store
 from dspy_rag.cli import app
 from dspy_rag.config import Config
+from dspy_rag.errors import UserError
 from dspy_rag.evals.stored_runs import AnswerRuns
 from dspy_rag.ledger import read
 from dspy_rag.pipelines.programs import build_program
@@ -198,11 +199,15 @@ def test_runs_exported_and_imported_on_another_store_are_hits_there(trainset: Pa
         fill(store, 2)  # another model's runs, left out by the filter
         assert store.export(tmp_path / "runs.jsonl.gz", {"model": settings.lm.model, "set_name": tiny.name}) == 1
     with RunStore(tmp_path / "there.sqlite", 2**20) as there:
-        assert there.import_from(tmp_path / "runs.jsonl.gz") == (1, 0)
+        assert there.import_from(tmp_path / "runs.jsonl.gz") == (1, 0, 0)
         found = answer_runs(settings, tiny, there).stored("deep", question)
         assert found is not None and found.row.f1 == made.row.f1 and found.trajectory == made.trajectory
-        assert there.import_from(tmp_path / "runs.jsonl.gz") == (0, 1)  # the same run again adds nothing
+        assert there.import_from(tmp_path / "runs.jsonl.gz") == (0, 1, 0)  # the same run again adds nothing
         assert there.summary()["runs"] == 1
+        # a run under a key asked for that is not a row this code writes: a miss, so the question runs again
+        runs, other = answer_runs(settings, tiny, there), tiny.questions("dev")[1]
+        there.put(runs.key(other), runs.context, "answer", other.id, {"row": {"ragas_inputs": {"a": 1}, "odd": 1}})
+        assert runs.stored("deep", other) is None
 
 
 def exported_lines(*lines: Any) -> bytes:
@@ -215,11 +220,16 @@ RUN = {"key": "a" * 64, "kind": "answer", "set_name": "tiny", "model": "m", "pro
 
 @pytest.mark.parametrize(("data", "needle"), [
     (b"\x1f\x8b\x08 cut short", "cannot read runs"),
-    (b"PK\x03\x04 a zip", "cannot read runs"),
+    (b"PK\x03\x04 a zip", "is not a file of runs"),
     (json.dumps({"runs": []}).encode(), "is not a file of runs"),
+    (exported_lines({**run_store.EXPORT_HEADER, "version": 2}), "format version 2; this dspy-rag reads version 1"),
     (exported_lines(run_store.EXPORT_HEADER, {**RUN, "key": "../../x"}), "line 2: a run's key is 64 hex digits"),
-    (exported_lines(run_store.EXPORT_HEADER, RUN, {**RUN, "payload": "[1]"}), "line 3: a run's payload is a JSON"),
+    (exported_lines(run_store.EXPORT_HEADER, RUN, {**RUN, "key": "b" * 64, "payload": "[1]"}),
+     "line 3: a run's payload is a JSON object"),
     (exported_lines(run_store.EXPORT_HEADER, {**RUN, "extra": 1}), "exactly the fields"),
+    (exported_lines(run_store.EXPORT_HEADER, {**RUN, "payload": "[" * 100_000}), "payload is a JSON object"),
+    (exported_lines(run_store.EXPORT_HEADER, {**RUN, "program": "\ud800"}), "every field of a run is UTF-8"),
+    (gzip.decompress(exported_lines(run_store.EXPORT_HEADER, RUN)) + b"[" * 200_000, "line 3: a run is a JSON obj"),
 ])
 def test_a_file_that_is_not_an_export_is_refused_and_adds_nothing(tmp_path: Path, data: bytes,
                                                                    needle: str) -> None:
@@ -230,13 +240,32 @@ def test_a_file_that_is_not_an_export_is_refused_and_adds_nothing(tmp_path: Path
     assert json.loads(invoke("runs", "list", "--json").stdout)["runs"] == 2
 
 
+def test_an_import_past_the_stores_cap_is_refused_whole_and_one_that_fits_prunes_the_least_recent(
+        tmp_path: Path) -> None:
+    with RunStore(tmp_path / "from.sqlite", 2**20) as source:
+        fill(source, 12)  # 12 KB of payload
+        source.export(tmp_path / "runs.gz", {})
+    (tmp_path / "plain.jsonl").write_bytes(gzip.decompress((tmp_path / "runs.gz").read_bytes()))
+    with RunStore(tmp_path / "small.sqlite", 10_000) as small:
+        with pytest.raises(UserError, match="take over 0.0 MB, more than the run store keeps"):
+            small.import_from(tmp_path / "runs.gz")
+        assert small.summary()["runs"] == 0  # the runs inserted before the cap was passed are rolled back
+    with RunStore(tmp_path / "tiny.sqlite", 1000) as tiny, pytest.raises(UserError, match="line 2: over 900 bytes"):
+        tiny.import_from(tmp_path / "runs.gz")  # a run larger than the store keeps
+    context = run_store.RunContext("local", "m", "mine", "c")
+    with RunStore(tmp_path / "mine.sqlite", 14_000) as mine:
+        mine.put(context.key("answer", "mine"), context, "answer", "mine", {"text": "y" * 3000})
+        added, present, dropped = mine.import_from(tmp_path / "plain.jsonl")  # a file not gzipped reads too
+        assert (added, present, dropped) == (12, 0, 1) and mine.get(context.key("answer", "mine")) is None
+
+
 def test_runs_export_and_import_carry_a_programs_runs_between_stores(tmp_path: Path) -> None:
     with RunStore(run_store.store_path(), 2**20) as store:
         keys = fill(store, 3)
     exported = invoke("runs", "export", str(tmp_path / "out" / "runs.gz"), "--program", "deep", "--json")
     assert exported.returncode == 0, exported.stderr
     assert json.loads(exported.stdout)["exported"] == 3
-    assert invoke("runs", "export", str(tmp_path / "none.gz"), "--model", "other").stdout.startswith("exported 0")
+    assert invoke("runs", "export", str(tmp_path / "none.gz"), "--set", "other").stdout.startswith("exported 0")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DSPY_RAG_RUNS", str(tmp_path / "elsewhere.sqlite"))
         imported = invoke("runs", "import", str(tmp_path / "out" / "runs.gz"))
@@ -244,7 +273,9 @@ def test_runs_export_and_import_carry_a_programs_runs_between_stores(tmp_path: P
     with RunStore(tmp_path / "elsewhere.sqlite", 2**20) as elsewhere:
         assert all(elsewhere.get(key) == {"text": "x" * 1000} for key in keys)
     assert_one_line_error(invoke("runs", "export", str(tmp_path)), "is a folder")
-    assert_one_line_error(invoke("runs", "import", str(tmp_path / "missing.gz")), "cannot read runs")
+    assert_one_line_error(invoke("runs", "export", str(run_store.store_path())), "is the run store itself")
+    assert_one_line_error(invoke("runs", "import", str(tmp_path / "missing.gz")), "is not a file")
+    assert_one_line_error(invoke("runs", "import", "/dev/zero"), "is not a file")
 
 
 @pytest.fixture()

@@ -9,9 +9,9 @@ import typer
 from rich import box
 from rich.table import Table
 
+from dspy_rag import paths
 from dspy_rag.cli.console import out, print_whole
 from dspy_rag.cli.options import ConfigOption, JsonOption, config_of, print_json
-from dspy_rag import paths
 from dspy_rag.run_store import RunStore
 
 runs_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -98,8 +98,9 @@ def import_runs(
 ) -> None:
     """Add the runs of an exported file to the store; a run already stored is kept as it is."""
     with RunStore.of(config_of(config)) as store:
-        added, present = store.import_from(paths.named(file, "the import file"))
+        added, present, dropped = store.import_from(paths.named(file, "the import file"))
     if as_json:
-        print_json({"imported": added, "already_stored": present})
+        print_json({"imported": added, "already_stored": present, "dropped": dropped})
         return
-    out.print(f"imported {added} runs ({present} already stored)")
+    pruned = f"; {dropped} least recently used runs dropped to keep runs.max_mb" if dropped else ""
+    out.print(f"imported {added} runs ({present} already stored{pruned})")
