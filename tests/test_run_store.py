@@ -1,7 +1,7 @@
 """The run store with real programs over a tiny real index and a scripted LM: what keys a run (a changed
 prompt, demo, model, guard, setting or code version is a miss; the same run is a hit that calls no LM), pruning
-to the cap, `dspy-rag runs list|prune`, eval and compile reporting the runs they reused, and an eval killed
-mid-run resuming from the store."""
+to the cap, `dspy-rag runs list|prune|export|import`, eval and compile reporting the runs they reused, and an
+eval killed mid-run resuming from the store."""
 
 import gzip
 import json
