@@ -91,6 +91,26 @@ def parse(line: bytes) -> LedgerEntry | None:
         if record["version"] > LEDGER_VERSION:
             return None
         known = {f.name for f in fields(LedgerEntry)}  # a later field this version does not know is left out
-        return LedgerEntry(**{key: value for key, value in record.items() if key in known})
-    except (ValueError, TypeError, KeyError):
+        entry = LedgerEntry(**{key: value for key, value in record.items() if key in known})
+    except (ValueError, TypeError, KeyError, RecursionError):
         return None
+    return entry if well_formed(entry) else None
+
+
+def well_formed(entry: LedgerEntry) -> bool:
+    """Whether every field holds what it is declared to: a line edited by hand may not, and `history` computes
+    with them."""
+    texts = (entry.model, entry.trainset, entry.trainset_hash, entry.split, entry.metric, entry.time,
+             entry.code_version)
+    counts = (entry.questions, entry.lm_calls, entry.tokens, entry.reused, entry.version)
+    return (entry.kind in ("compile", "eval") and all(isinstance(text, str) for text in texts)
+            and all(name is None or isinstance(name, str) for name in (entry.artifact, entry.parent, entry.optimizer))
+            and all(isinstance(count, int) and not isinstance(count, bool) for count in counts)
+            and is_number(entry.score) and is_number(entry.seconds)
+            and (entry.score_before is None or is_number(entry.score_before))
+            and (entry.gain_ci is None or isinstance(entry.gain_ci, list) and len(entry.gain_ci) == 2
+                 and all(is_number(bound) for bound in entry.gain_ci)))
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

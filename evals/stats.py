@@ -3,6 +3,7 @@
 Intervals are 95% BCa (bias-corrected and accelerated) bootstrap intervals from scipy, with a fixed seed so the
 same scores always print the same interval."""
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -16,7 +17,7 @@ MIN_QUESTIONS_FOR_AN_INTERVAL = 8  # below this a bootstrap interval is too unst
 
 def bootstrap_ci(values: Sequence[float]) -> tuple[float, float]:
     """The interval of the mean, resampling questions with replacement."""
-    if not values:
+    if not len(values):
         raise ValueError("no values to resample")
     return _bca(np.asarray(values, dtype=float), (values,), _mean, paired=False)
 
@@ -26,7 +27,7 @@ def paired_delta_ci(before: Sequence[float], after: Sequence[float]) -> tuple[fl
     runs, so how hard each question is cancels out."""
     if len(before) != len(after):
         raise ValueError("paired runs must score the same questions")
-    if not before:
+    if not len(before):
         raise ValueError("no values to resample")
     gains = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
     return _bca(gains, (before, after), _mean_gain, paired=True)
@@ -44,17 +45,21 @@ def share_kept_ci(home_before: Sequence[float], home_after: Sequence[float], awa
                   away_after: Sequence[float]) -> tuple[float, float]:
     """The interval of the share of a gain kept elsewhere: the mean gain away (after - before on another model) over
     the mean gain at home, a resample drawing the same questions from all four runs. Wide where the home gain
-    is small, as the share is then little known."""
+    is small, as the share is then little known; unbounded, (-inf, inf), where the home gain may be none (its own
+    interval reaches zero, or a resample gains nothing at home), as a share of no gain may be anything."""
     runs = [np.asarray(run, dtype=float) for run in (home_before, home_after, away_before, away_after)]
     if len({len(run) for run in runs}) != 1:
         raise ValueError("paired runs must score the same questions")
     if not len(runs[0]):
         raise ValueError("no values to resample")
+    if paired_delta_ci(runs[0], runs[1])[0] <= 0:
+        return -math.inf, math.inf
     home, away = runs[1] - runs[0], runs[3] - runs[2]
     point = float(away.mean() / home.mean())
     if np.allclose(away, home * point, rtol=0, atol=SAME_SCORE):  # every resample gives the one share
         return point, point
-    return _bca(np.concatenate((home, away)), tuple(runs), _share_kept, paired=True)
+    low, high = _bca(np.concatenate((home, away)), tuple(runs), _share_kept, paired=True)
+    return (low, high) if math.isfinite(low) and math.isfinite(high) else (-math.inf, math.inf)
 
 
 def verdict(low: float, high: float) -> str:

@@ -18,7 +18,7 @@ from dspy_rag.evals.evaluate import interval_text
 from dspy_rag.evals.paired_columns import ALL, column_rows, paired
 from dspy_rag.evals.research_metric import DEFAULT_WEIGHTS
 from dspy_rag.evals.rows import Row, weighted
-from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, share_kept_ci
+from dspy_rag.evals.stats import MIN_QUESTIONS_FOR_AN_INTERVAL, SAME_SCORE, share_kept_ci
 
 # The runs of one question: the uncompiled program and the artifact at home, then away.
 Quartet = tuple[Row, Row, Row, Row]
@@ -34,14 +34,15 @@ def share_text(runs: list[list[float]]) -> str:
     """The share kept with its interval; none where the artifact gained nothing at home (there is nothing to
     keep)."""
     home = statistics.fmean(runs[1]) - statistics.fmean(runs[0])
-    if home <= 0:
+    if home <= SAME_SCORE:
         return "- (no gain at home)"
     share = (statistics.fmean(runs[3]) - statistics.fmean(runs[2])) / home
     if len(runs[0]) < MIN_QUESTIONS_FOR_AN_INTERVAL:
         return f"{share:.0%}"
     low, high = share_kept_ci(*runs)
-    bounds = "unbounded" if not (math.isfinite(low) and math.isfinite(high)) else f"[{low:.0%}, {high:.0%}]"
-    return f"{share:.0%} {bounds}"
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return f"{share:.0%} (unbounded: the gain at home may be none)"
+    return f"{share:.0%} [{low:.0%}, {high:.0%}]"
 
 
 def transfer_table(quartets: list[Quartet]) -> str:

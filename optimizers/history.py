@@ -5,7 +5,8 @@ Each row is measured against its parent's own compile score and against the unco
 where both scores were measured alike: on the same model, trainset, split, metric, number of questions and code.
 An eval on another model than its artifact's compile shows the share of the gain it kept there, against a gain
 on the compile's model by the same code where there is one (each gain is over the uncompiled program run by the
-same code as the artifact, so two gains compare across code, marked so).
+same code as the artifact, so two gains compare across code, marked so), marked too where that gain is inside
+noise.
 """
 
 import io
@@ -19,6 +20,7 @@ from dspy_rag.errors import UserError
 from dspy_rag.evals.stats import verdict
 from dspy_rag.files import write_atomic
 from dspy_rag.ledger import LedgerEntry
+from dspy_rag.trainsets.formats import pooled_names
 
 UNCOMPILED = "uncompiled"
 
@@ -44,7 +46,14 @@ class Row:
         return {**asdict(self.entry), "generation": self.generation, "parent_score": self.parent_score,
                 "uncompiled_score": self.uncompiled_score, "delta_parent": self.delta_parent,
                 "delta_uncompiled": self.delta_uncompiled, "kept": self.kept,
-                "kept_against_code": self.kept_against.code_version if self.kept_against else None}
+                "kept_against_code": self.kept_against.code_version if self.kept_against else None,
+                "kept_against_gain_ci": self.kept_against.gain_ci if self.kept_against else None}
+
+    @property
+    def kept_of_noise(self) -> bool:
+        """The gain `kept` divides by is inside noise (its interval reaches zero): the share may be anything."""
+        interval = self.kept_against.gain_ci if self.kept is not None and self.kept_against is not None else None
+        return interval is not None and interval[0] <= 0
 
     @property
     def kept_by_other_code(self) -> bool:
@@ -54,10 +63,12 @@ class Row:
 
 
 def measured_alike(a: LedgerEntry, b: LedgerEntry, on_any_model: bool = False, by_any_code: bool = False) -> bool:
-    """Same model, data, split, metric, number of questions and code (unless told otherwise): a score on 1
-    question says nothing next to 8, and the same prompts run by other code are another program."""
+    """Same model, data (pooled sets in any order), split, metric, number of questions and code (unless told
+    otherwise): a score on 1 question says nothing next to 8, and the same prompts run by other code are another
+    program."""
     return ((on_any_model or a.model == b.model) and (by_any_code or a.code_version == b.code_version)
-            and (a.trainset, a.split, a.metric, a.questions) == (b.trainset, b.split, b.metric, b.questions))
+            and pooled_names(a.trainset) == pooled_names(b.trainset)
+            and (a.split, a.metric, a.questions) == (b.split, b.metric, b.questions))
 
 
 def gain(entry: LedgerEntry) -> float | None:
@@ -169,11 +180,17 @@ OTHER_CODE_NOTE = (f"{OTHER_CODE_MARK} of a gain on the compile's model measured
                    "the uncompiled program run by the same code as the artifact)")
 
 
+NOISE_MARK = "?"
+NOISE_NOTE = (f"{NOISE_MARK} of a gain on the compile's model inside noise (its 95% interval reaches zero): the share "
+              "may be anything")
+
+
 def kept_text(row: Row) -> str:
-    """The share kept, marked where its home gain was measured by other code."""
+    """The share kept, marked where its home gain was measured by other code, and where it is inside noise."""
     if row.kept is None:
         return "-"
-    return f"{row.kept:.0%}{OTHER_CODE_MARK if row.kept_by_other_code else ''}"
+    return (f"{row.kept:.0%}{OTHER_CODE_MARK if row.kept_by_other_code else ''}"
+            f"{NOISE_MARK if row.kept_of_noise else ''}")
 
 
 def questions_text(entry: LedgerEntry) -> str:

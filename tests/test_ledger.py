@@ -5,6 +5,7 @@ import multiprocessing
 from dataclasses import asdict, replace
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import Result
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 
 from conftest import run_cli
 from dspy_rag.cli import app
-from dspy_rag.ledger import LEDGER_FILE, LedgerEntry, append, read
+from dspy_rag.ledger import LEDGER_FILE, LedgerEntry, append, append_line, read
 
 MODEL, OTHER_MODEL = "local/qwen2.5-coder-0.5b", "openai/gpt-4o-mini"
 WRITERS, PER_WRITER = 4, 50
@@ -21,8 +22,9 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def entry(kind: str = "compile", artifact: str | None = "v1", parent: str | None = None, score: float = 0.5,
           score_before: float | None = 0.4, model: str = MODEL, questions: int = 12,
-          gain_ci: list[float] | None = None, code_version: str = "", reused: int = 0) -> LedgerEntry:
-    return LedgerEntry(kind=kind, artifact=artifact, parent=parent, model=model, trainset="nvidia-10k",
+          gain_ci: list[float] | None = None, code_version: str = "", reused: int = 0,
+          trainset: str = "nvidia-10k") -> LedgerEntry:
+    return LedgerEntry(kind=kind, artifact=artifact, parent=parent, model=model, trainset=trainset,
                        trainset_hash="abc123", split="dev", metric="weighted(f1=0.6,evidence=0.2,citations=0.2)",
                        score=score, score_before=score_before, questions=questions, optimizer="bootstrap",
                        gain_ci=gain_ci, code_version=code_version, reused=reused)
@@ -101,6 +103,39 @@ def test_a_field_this_version_does_not_know_is_left_out(tmp_path: Path) -> None:
     ledger.parent.mkdir(parents=True)
     ledger.write_text(json.dumps(asdict(entry(artifact="later")) | {"a_later_field": 1}) + "\n")
     assert [item.artifact for item in read(ledger)] == ["later"]
+
+
+@pytest.mark.parametrize("edit", [{"gain_ci": [0.1]}, {"score": "0.5"}, {"questions": True}, {"kind": "guess"},
+                                  {"artifact": 3}, {"score_before": [0.4]}, {"version": "1"}])
+def test_a_line_whose_fields_do_not_hold_their_types_is_skipped_and_history_still_runs(
+        edit: dict[str, Any], config: Path, tmp_path: Path) -> None:
+    ledger = tmp_path / "artifacts" / LEDGER_FILE
+    append(ledger, entry(artifact="v1", score=0.5))
+    append_line(ledger, asdict(entry(kind="eval", artifact="v1", score=0.6, score_before=0.4)) | edit)
+    assert [item.kind for item in read(ledger)] == ["compile"]
+    assert "v1" in history(config).stdout
+
+
+def test_an_eval_of_pooled_sets_in_another_order_is_measured_alike(config: Path, tmp_path: Path) -> None:
+    ledger = tmp_path / "artifacts" / LEDGER_FILE
+    for item in [entry(artifact="v1", trainset="a+b", score=0.50),
+                 entry(kind="eval", artifact="v1", trainset="a+b", score=0.50, score_before=0.40),
+                 entry(kind="eval", artifact="v1", trainset="b+a", model=OTHER_MODEL, score=0.66, score_before=0.61)]:
+        append(ledger, item)
+    rows = json.loads(history(config, "--json").stdout)["lineages"][0]["rows"]
+    assert rows[2]["kept"] == pytest.approx(0.5)
+
+
+def test_a_share_of_a_home_gain_inside_noise_is_marked(config: Path, tmp_path: Path) -> None:
+    ledger = tmp_path / "artifacts" / LEDGER_FILE
+    for item in [entry(artifact="v1", score=0.50),
+                 entry(kind="eval", artifact="v1", score=0.50, score_before=0.40, gain_ci=[-0.02, 0.22]),
+                 entry(kind="eval", artifact="v1", model=OTHER_MODEL, score=0.66, score_before=0.61)]:
+        append(ledger, item)
+    rows = json.loads(history(config, "--json").stdout)["lineages"][0]["rows"]
+    assert rows[2]["kept"] == pytest.approx(0.5) and rows[2]["kept_against_gain_ci"] == [-0.02, 0.22]
+    shown = history(config).stdout
+    assert "50%?" in shown and "inside noise (its 95% interval reaches zero)" in shown
 
 
 @pytest.fixture()

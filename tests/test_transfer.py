@@ -1,5 +1,6 @@
 """Transfer: the share of an artifact's gain kept on another model, from four eval columns paired by question."""
 
+import math
 from pathlib import Path
 
 import pytest
@@ -7,7 +8,7 @@ import pytest
 from conftest import eval_row as row
 from conftest import results_folder as folder_with
 from dspy_rag.evals.stats import share_kept_ci
-from dspy_rag.evals.transfer import main
+from dspy_rag.evals.transfer import main, share_text
 
 
 def test_a_share_kept_in_proportion_on_every_question_is_that_share_exactly() -> None:
@@ -27,6 +28,15 @@ def test_the_share_interval_holds_the_share_and_widens_as_the_home_gain_shrinks(
     assert small_high - small_low > high - low
     with pytest.raises(ValueError, match="same questions"):
         share_kept_ci(zeros, home, zeros, away[:-1])
+
+
+def test_a_share_of_a_home_gain_that_may_be_none_is_unbounded() -> None:
+    # At home one question more right than wrong of twelve: a gain whose interval reaches below zero.
+    before = [1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    after = [0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    away = [0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert share_kept_ci(before, after, [0.0] * 12, away) == (-math.inf, math.inf)
+    assert share_text([before, after, [0.0] * 12, away]) == "200% (unbounded: the gain at home may be none)"
 
 
 def test_the_table_gives_both_gains_and_the_share_per_set_and_over_all(

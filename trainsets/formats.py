@@ -15,6 +15,14 @@ from typing import Any, Literal
 from dspy_rag import paths
 from dspy_rag.errors import UserError
 
+SEPARATOR = "+"  # between the names of pooled sets, in the names of what is fit or measured on them
+
+
+def pooled_names(name: str) -> list[str]:
+    """The sets a (pooled) trainset name stands for, in one order: sets pooled in another order are the same
+    data."""
+    return sorted(name.split(SEPARATOR))
+
 Format = Literal["hotpotqa", "musique", "multihop-rag", "jsonl"]
 
 

@@ -29,13 +29,12 @@ from dspy_rag.config import Config
 from dspy_rag.errors import UserError
 from dspy_rag.index import Index
 from dspy_rag.trainsets.corpus_index import build_index, default_work_dir, is_held_out, sha256_of
-from dspy_rag.trainsets.formats import CorpusPassage, Format, Question, load_corpus, load_questions
+from dspy_rag.trainsets.formats import SEPARATOR, CorpusPassage, Format, Question, load_corpus, load_questions
 from dspy_rag.trainsets.locations import shared_data
 from dspy_rag.web import SnapshotSearch, WebSearch
 
 DEFINITIONS = Path(__file__).parent
 HUB_FILE = r"^hf://datasets/[^/]+/[^/]+/.+"
-SEPARATOR = "+"  # between the names of pooled sets, in the names of what is fit or measured on them
 Part = Literal["train", "dev"]
 Split = Literal["train", "dev", "all"]
 

@@ -83,8 +83,8 @@ def history_command(
 ) -> None:
     """Every compile and evaluation in the ledger, per artifact lineage, with its gain over parent and uncompiled."""
     from dspy_rag.ledger import ledger_path, read
-    from dspy_rag.optimizers.history import (FIGURE_COLUMNS, OTHER_CODE_NOTE, TEXT_COLUMNS, cells, lineages, plot,
-                                             report)
+    from dspy_rag.optimizers.history import (FIGURE_COLUMNS, NOISE_NOTE, OTHER_CODE_NOTE, TEXT_COLUMNS, cells,
+                                             lineages, plot, report)
 
     path = ledger_path(config_of(config))
     grouped = lineages(read(path))
@@ -106,3 +106,5 @@ def history_command(
         print_whole(table)
         if any(row.kept_by_other_code for row in rows):
             out.print(OTHER_CODE_NOTE)
+        if any(row.kept_of_noise for row in rows):
+            out.print(NOISE_NOTE)
