@@ -15,6 +15,7 @@ from typing import Any, Literal
 from filelock import FileLock
 
 from dspy_rag.config import Config
+from dspy_rag.errors import UserError
 from dspy_rag.files import json_bytes
 
 LEDGER_VERSION = 1
@@ -76,13 +77,22 @@ def append_line(path: Path, value: Any) -> None:
 
 def read(path: Path) -> list[LedgerEntry]:
     """The entries this version understands, oldest first; torn lines and newer versions are skipped."""
+    return [entry for entry in read_lines(path) if entry is not None]
+
+
+def read_lines(path: Path) -> list[LedgerEntry | None]:
+    """Each line of the ledger as an entry, or None where it is not one this version reads (torn, edited by hand
+    or newer); none for a ledger not written yet."""
     # No lock: a writer only appends, so a read sees whole lines and at most the start of one still being written,
     # which parses as torn and is skipped, as if read a moment earlier.
     try:
         lines = path.read_bytes().splitlines()
     except FileNotFoundError:
         return []
-    return [entry for line in lines if (entry := parse(line)) is not None]
+    except IsADirectoryError:
+        raise UserError(f"the ledger {path} is a folder; set artifacts.path to a folder whose ledger.jsonl is a "
+                        "file") from None
+    return [parse(line) for line in lines if line.strip()]
 
 
 def parse(line: bytes) -> LedgerEntry | None:

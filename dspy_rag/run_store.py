@@ -167,12 +167,19 @@ class RunStore:
     """The runs, one SQLite row each: its key, what it is (for listing) and its JSON payload."""
 
     def __init__(self, path: Path, max_bytes: int) -> None:
+        if path.is_dir():
+            raise UserError(f"the run store {paths.shown(path)} is a folder; set DSPY_RAG_RUNS to a file in it")
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path, self.max_bytes = path, max_bytes
-        # Autocommit: each statement is its own transaction, so a kill leaves every earlier run whole.
-        self.db = sqlite3.connect(path, timeout=60, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.executescript(SCHEMA)
+        try:
+            # Autocommit: each statement is its own transaction, so a kill leaves every earlier run whole.
+            self.db = sqlite3.connect(path, timeout=60, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as error:
+            raise UserError(f"the run store {paths.shown(path)} cannot be opened ({error}); if it is not a run "
+                            "store, set DSPY_RAG_RUNS to another file, else move it aside and its runs are "
+                            "made again as needed") from None
         self.size = self.payload_bytes()
         self.prune(max_bytes)
 
@@ -242,6 +249,9 @@ class RunStore:
         assert set(filters) <= set(FILTERS), filters
         if path.resolve() in {self.path.resolve().with_name(self.path.name + end) for end in ("", "-wal", "-shm")}:
             raise UserError(f"{paths.shown(path)} is the run store itself; export to another file")
+        if path.exists() and not is_export(path):
+            raise UserError(f"{paths.shown(path)} exists and is not an earlier export; name a new file (an "
+                            "export only replaces an export)")
         where = " AND ".join(f"{column} = ?" for column in filters) or "1"
         buffer, count = io.BytesIO(), 0
         with gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=6) as packed:  # compressed as it is read
@@ -278,6 +288,15 @@ class RunStore:
             raise
         self.size = self.payload_bytes()
         return added, present, self.prune(self.max_bytes)
+
+
+def is_export(path: Path) -> bool:
+    """Whether `path` is a file `RunStore.export` wrote: it opens with `EXPORT_HEADER`."""
+    try:
+        with gzip.open(path, "rb") as handle:
+            return parsed(handle.readline(1024)) == EXPORT_HEADER
+    except (OSError, EOFError, zlib.error):
+        return False
 
 
 def json_line(value: Any) -> bytes:

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import user_environment
 from dspy_rag.evals import bench_foundation
+from dspy_rag.errors import UserError
 from dspy_rag.evals.rows import RESULTS
 from dspy_rag.files import checkout, shipped_artifacts
 from dspy_rag.models import LOCAL_MODELS
@@ -33,6 +34,7 @@ RESOLVE = """
 import json, dspy_rag
 from dspy_rag import artifacts, files, reranker
 from dspy_rag.config import load_config
+from dspy_rag.errors import UserError
 from dspy_rag.evals.rows import RESULTS
 config = load_config()
 artifact = artifacts.chosen("auto", config.artifacts.path, config.lm.model)
@@ -73,6 +75,9 @@ def test_shared_data_is_found_by_the_environment_or_beside_the_working_folder(
     assert locations.shared_data() == beside
     monkeypatch.setenv("SHARED_DATA", str(named))
     assert locations.shared_data() == named
+    monkeypatch.setenv("SHARED_DATA", str(tmp_path / "work"))  # named but wrong: said so, not passed over
+    with pytest.raises(UserError, match="holds no nvidia-10k-fy2023/"):
+        locations.shared_data()
     monkeypatch.delenv("SHARED_DATA")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match="SHARED_DATA"):

@@ -11,7 +11,7 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from conftest import run_cli
+from conftest import assert_one_line_error, invoke, run_cli
 from dspy_rag.cli import app
 from dspy_rag.ledger import LEDGER_FILE, LedgerEntry, append, append_line, read
 
@@ -222,6 +222,18 @@ def test_history_of_an_empty_ledger_is_a_hint(config: Path) -> None:
     lines = history(config).stdout.strip().splitlines()
     assert len(lines) == 1 and "dspy-rag compile" in lines[0]
     assert json.loads(history(config, "--json").stdout)["lineages"] == []
+
+
+def test_history_says_how_many_lines_it_could_not_read_and_refuses_a_ledger_that_is_a_folder(
+        config: Path, tmp_path: Path) -> None:
+    ledger = tmp_path / "artifacts" / LEDGER_FILE
+    ledger.parent.mkdir(parents=True)
+    ledger.write_bytes(b"\x00\xffgarbage\n[1, 2]\n")
+    shown = CliRunner().invoke(app, ["history", "--config", str(config)])
+    assert shown.exit_code == 0 and "2 of the 2 lines" in shown.stderr and "holds no entries" in shown.stdout
+    ledger.unlink()
+    ledger.mkdir()
+    assert_one_line_error(invoke("history", "--config", str(config)), "is a folder", "artifacts.path")
 
 
 def test_history_plots_the_score_across_recompiles(config: Path, two_lineages: None, tmp_path: Path) -> None:

@@ -164,6 +164,9 @@ def test_a_dspy_rag_process_keeps_its_runs_where_dspy_rag_runs_says(tmp_path: Pa
     assert json.loads(run_cli("runs", "list", "--json", cwd=tmp_path).stdout)["runs"] == 0
     assert (tmp_path / "runs.sqlite").exists()
     assert_one_line_error(invoke_with_runs("x" * 300), "DSPY_RAG_RUNS", "shorter name")
+    (tmp_path / "notes.txt").write_text("not a database, but some text long enough to fill a page header " * 20)
+    assert_one_line_error(invoke_with_runs(str(tmp_path / "notes.txt")), "cannot be opened", "DSPY_RAG_RUNS")
+    assert_one_line_error(invoke_with_runs(str(tmp_path)), "is a folder", "DSPY_RAG_RUNS")
 
 
 def invoke_with_runs(path: str) -> Any:
@@ -273,6 +276,11 @@ def test_runs_export_and_import_carry_a_programs_runs_between_stores(tmp_path: P
     with RunStore(tmp_path / "elsewhere.sqlite", 2**20) as elsewhere:
         assert all(elsewhere.get(key) == {"text": "x" * 1000} for key in keys)
     assert_one_line_error(invoke("runs", "export", str(tmp_path)), "is a folder")
+    (tmp_path / "notes.md").write_text("mine")
+    assert_one_line_error(invoke("runs", "export", str(tmp_path / "notes.md")), "is not an earlier export")
+    assert (tmp_path / "notes.md").read_text() == "mine"
+    again = invoke("runs", "export", str(tmp_path / "out" / "runs.gz"), "--set", "tiny")  # an export is replaced
+    assert again.returncode == 0 and again.stdout.startswith("exported 3 runs")
     assert_one_line_error(invoke("runs", "export", str(run_store.store_path())), "is the run store itself")
     assert_one_line_error(invoke("runs", "import", str(tmp_path / "missing.gz")), "is not a file")
     assert_one_line_error(invoke("runs", "import", "/dev/zero"), "is not a file")

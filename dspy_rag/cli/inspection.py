@@ -82,19 +82,26 @@ def history_command(
                                                    help="also draw the score across recompiles")] = None,
 ) -> None:
     """Every compile and evaluation in the ledger, per artifact lineage, with its gain over parent and uncompiled."""
-    from dspy_rag.ledger import ledger_path, read
+    from dspy_rag.ledger import ledger_path, read_lines
     from dspy_rag.optimizers.history import (FIGURE_COLUMNS, NOISE_NOTE, OTHER_CODE_NOTE, TEXT_COLUMNS, cells,
                                              lineages, plot, report)
 
     path = ledger_path(config_of(config))
-    grouped = lineages(read(path))
+    lines = read_lines(path)
+    entries = [entry for entry in lines if entry is not None]
+    if unread := len(lines) - len(entries):
+        err.print(f"note: {unread} of the {len(lines)} lines of {path} are no ledger entries this dspy-rag reads "
+                  "(torn, edited by hand, or written by a newer version); they are left out")
+    grouped = lineages(entries)
     if plot_file:
         plot(grouped, plot_file)
     if as_json:
         print_json(report(path, grouped))
         return
     if not grouped:
-        out.print(f"the ledger {path} is empty: `dspy-rag compile ...` adds an entry per compile")
+        state = "holds no entries" if path.exists() else "is not written yet"
+        out.print(f"the ledger {path} (under artifacts.path) {state}: `dspy-rag compile ...` adds an entry per "
+                  "compile, `dspy-rag eval ...` one per column")
     for name, rows in grouped.items():
         table = Table(title=f"lineage {name}", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
         for column in TEXT_COLUMNS:

@@ -81,13 +81,14 @@ def export_runs(
     """Write stored runs to a file that `runs import` adds to another machine's store, so an eval or compile
     there reuses them."""
     chosen = {"set_name": set_name, "model": model, "program": program}
-    target = paths.output_file(file, "the export file")
+    target = paths.output_file(file, "the export")
     with RunStore.of(config_of(config)) as store:
         count = store.export(target, {column: value for column, value in chosen.items() if value is not None})
     if as_json:
         print_json({"exported": count, "file": str(target)})
         return
-    out.print(f"exported {count} runs to {target}")
+    none = "; no stored run matched (`dspy-rag runs list` shows what is stored)" if count == 0 else ""
+    out.print(f"exported {count} runs to {target}{none}")
 
 
 @runs_app.command("import")
