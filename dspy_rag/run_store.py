@@ -6,7 +6,8 @@ program's state (instructions and demos of every predictor, a learned policy), i
 settings that steer it (model and LM settings, retrieval, reranker, budgets, guards, roles, tiers, web), the
 corpus, the question and the code version. A change to any of them is another key, so a stale run is never
 reused. The store is one SQLite file: each run is written in a transaction of its own, so a command killed
-mid-run loses only the run in flight; past `runs.max_mb` the least recently used runs are dropped.
+mid-run loses only the run in flight; past `runs.max_mb` the least recently used runs are dropped. Runs are
+carried to another machine's store as a file of JSON lines (`export`, `import_from`), keys and all.
 """
 
 from __future__ import annotations
