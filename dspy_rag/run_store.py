@@ -249,7 +249,7 @@ class RunStore:
         lines under `EXPORT_HEADER`, written whole or not at all; how many."""
         assert set(filters) <= set(FILTERS), filters
         if path.resolve() in {self.path.resolve().with_name(self.path.name + end) for end in ("", "-wal", "-shm")}:
-            raise UserError(f"{paths.shown(path)} is the run store itself; export to another file")
+            raise UserError(f"{paths.shown(path)} is the run store itself; name another file")
         if path.exists() and not is_export(path):
             raise UserError(f"{paths.shown(path)} exists and is not an earlier export; name a new file (an "
                             "export only replaces an export)")
@@ -315,17 +315,18 @@ def read_export(path: Path, max_line: int) -> Iterator[dict[str, str]]:
         with gzip.open(path, "rb") if gzipped else path.open("rb") as handle:
             header = parsed(handle.readline(max_line + 1))
             if not isinstance(header, dict) or header.get("format") != EXPORT_HEADER["format"]:
-                raise UserError(f"{paths.shown(path)} is not a file of runs `dspy-rag runs export` wrote "
-                                f"(its first line is not {json.dumps(EXPORT_HEADER)})")
+                raise UserError(f"{paths.shown(path)} is not a file of runs (its first line is not "
+                                f"{json.dumps(EXPORT_HEADER)}); give a file `dspy-rag runs export` wrote")
             if header != EXPORT_HEADER or type(header["version"]) is not int:
-                raise UserError(f"{paths.shown(path)} holds runs in format version {header.get('version')!r}; this "
-                                f"dspy-rag reads version {EXPORT_HEADER['version']}: import it with the dspy-rag "
-                                "that exported it")
+                raise UserError(f"{paths.shown(path)} holds runs in format version {header.get('version')!r}, and "
+                                f"this dspy-rag reads version {EXPORT_HEADER['version']}; use the dspy-rag that "
+                                "exported it")
             for number, line in enumerate(iter(lambda: handle.readline(max_line + 1), b""), start=2):
                 whole = len(line) <= max_line
                 run = parsed(line) if whole else None
                 if problem := export_problem(run) if whole else f"over {max_line} bytes, more than the store keeps":
-                    raise UserError(f"{paths.shown(path)} line {number}: {problem}; nothing was imported")
+                    raise UserError(f"{paths.shown(path)} line {number}: {problem}; nothing was imported: give the "
+                                    "file as `dspy-rag runs export` wrote it")
                 yield run
     except (OSError, EOFError, zlib.error) as error:
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_line_error
+from conftest import assert_one_line_error, invoke
 from conftest import run_cli as run
 
 SENTINEL = "sk-SENTINEL-9f8e7d6c5b4a"
@@ -94,6 +94,22 @@ def test_a_broken_config_file_is_a_one_line_error(workdir: Path, intact: None) -
 def test_a_usage_mistake_exits_non_zero_without_a_traceback(workdir: Path) -> None:
     result = run("ask", cwd=workdir)
     assert result.returncode == 2 and "Traceback" not in result.stderr and "Missing argument" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "needles"), [
+    (["--bogus"], ["No such option: --bogus", "see `dspy-rag --help`"]),
+    (["ask", "--nope", "q"], ["No such option: --nope", "see `dspy-rag ask --help`"]),
+    (["runs", "bogus"], ["No such command 'bogus'", "see `dspy-rag runs --help`"]),
+    (["runs", "prune", "--to", "-1"], ["Invalid value for '--to'", "see `dspy-rag runs prune --help`"]),
+    (["ingest", "--index"], ["Option '--index' requires an argument", "see the command's --help"]),
+])
+def test_a_usage_mistake_is_one_line_saying_where_to_look(args: list[str], needles: list[str]) -> None:
+    assert_one_line_error(invoke(*args), *needles)
+
+
+def test_a_command_group_given_alone_shows_its_help() -> None:
+    result = invoke("runs")
+    assert result.returncode == 2 and "export" in result.stdout + result.stderr and "error:" not in result.stderr
 
 
 @pytest.mark.slow

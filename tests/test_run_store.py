@@ -225,7 +225,7 @@ RUN = {"key": "a" * 64, "kind": "answer", "set_name": "tiny", "model": "m", "pro
     (b"\x1f\x8b\x08 cut short", "cannot read runs"),
     (b"PK\x03\x04 a zip", "is not a file of runs"),
     (json.dumps({"runs": []}).encode(), "is not a file of runs"),
-    (exported_lines({**run_store.EXPORT_HEADER, "version": 2}), "format version 2; this dspy-rag reads version 1"),
+    (exported_lines({**run_store.EXPORT_HEADER, "version": 2}), "format version 2, and this dspy-rag reads version 1"),
     (exported_lines(run_store.EXPORT_HEADER, {**RUN, "key": "../../x"}), "line 2: a run's key is 64 hex digits"),
     (exported_lines(run_store.EXPORT_HEADER, RUN, {**RUN, "key": "b" * 64, "payload": "[1]"}),
      "line 3: a run's payload is a JSON object"),

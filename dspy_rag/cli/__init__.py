@@ -6,6 +6,7 @@ import os
 from typing import Annotated
 
 import typer
+from typer import rich_utils
 from typer.core import TyperOption
 
 from dspy_rag import __version__
@@ -65,6 +66,22 @@ def _no_value_for_a_flag(option: TyperOption, ctx: typer.Context) -> str | None:
 
 TyperOption.display_type_rich = _no_value_for_a_flag
 
+_boxed_error = rich_utils.rich_format_error
+
+
+def _one_line_error(error: Exception) -> None:
+    """typer draws a usage mistake in a box under the command's usage; the tool says every error in one line,
+    with where to look. A command given alone still shows its help."""
+    if type(error).__name__ == "NoArgsIsHelpError":
+        _boxed_error(error)
+        return
+    context = getattr(error, "ctx", None)
+    where = f"`{context.command_path} --help`" if context is not None else "the command's --help"
+    exit_with_error(f"{error.format_message().rstrip('.')}; see {where}", getattr(error, "exit_code", 2))
+
+
+rich_utils.rich_format_error = _one_line_error
+
 
 def _quiet_libraries() -> None:
     # Third-party progress bars and warnings would bury our own one-line messages.
@@ -86,7 +103,9 @@ def _quiet_libraries() -> None:
 def main() -> None:
     _quiet_libraries()
     try:
-        app()  # typer reports usage mistakes itself (exit 2) and turns Ctrl-C into a silent exit 130
+        # typer reports usage mistakes itself (in one line: _one_line_error; exit 2) and turns Ctrl-C into a
+        # silent exit 130; named, so messages say `dspy-rag` however it was started (python -m dspy_rag ...)
+        app(prog_name="dspy-rag")
     except SystemExit as exc:
         if exc.code == INTERRUPTED:
             exit_with_error("interrupted; nothing unfinished was saved (an ingest keeps the files it completed)",
