@@ -334,7 +334,7 @@ def read_export(path: Path, max_line: int) -> Iterator[dict[str, str]]:
                         "give a file `dspy-rag runs export` wrote") from None
 
 
-def parsed(line: bytes) -> Any:
+def parsed(line: str | bytes) -> Any:
     """A line's JSON, or None where it is not JSON (or nests too deep to read)."""
     try:
         return json.loads(line)
@@ -350,7 +350,7 @@ def export_problem(run: Any) -> str | None:
         return "every field of a run is UTF-8 text"
     if not RUN_KEY.fullmatch(run["key"]):
         return "a run's key is 64 hex digits"
-    return None if isinstance(parsed(run["payload"].encode()), dict) else "a run's payload is a JSON object"
+    return None if isinstance(parsed(run["payload"]), dict) else "a run's payload is a JSON object"
 
 
 def utf8(text: str) -> bool:
